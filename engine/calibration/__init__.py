@@ -1,0 +1,28 @@
+"""Calibration: temperature scaling per (type, option-count bucket) and its metrics."""
+
+from __future__ import annotations
+
+from engine.calibration.metrics import (
+    accuracy,
+    brier_score,
+    expected_calibration_error,
+    macro_f1,
+    negative_log_likelihood,
+    reliability_bins,
+    reliability_diagram,
+)
+from engine.calibration.temperature import Calibrator, bucket, fit_temperature, fit_threshold
+
+__all__ = [
+    "Calibrator",
+    "accuracy",
+    "brier_score",
+    "bucket",
+    "expected_calibration_error",
+    "fit_temperature",
+    "fit_threshold",
+    "macro_f1",
+    "negative_log_likelihood",
+    "reliability_bins",
+    "reliability_diagram",
+]

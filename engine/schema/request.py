@@ -1,0 +1,125 @@
+"""The decision request: a state, questions keyed by id, optional image assets."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from engine.errors import InvalidRequestError
+from engine.schema.limits import MAX_QUESTION_ID_CHARS, MAX_QUESTIONS
+from engine.schema.questions import Question
+from engine.schema.render import message_to_dict
+
+IMAGE_PLACEHOLDER = re.compile(r"<image:[0-9a-fA-F]{32}>")
+DEFAULT_MODEL = "clef-minilm-l6"
+_QUESTION_TAGS = {"choice", "noul", "score", "box"}
+
+
+class ImageAsset(BaseModel):
+    """An image referenced from the state by a ``<image:32 hex>`` placeholder."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["image"] = "image"
+    format: Literal["png", "jpg", "jpeg", "webp"]
+    data_base64: str
+
+
+class DecisionRequest(BaseModel):
+    """A ``/v1/systemone`` request.
+
+    Example:
+        >>> from engine.schema import Choice
+        >>> req = DecisionRequest(state="refund me", questions={"q": Choice(
+        ...     instructions="Route", criteria=["billing", "tech"])})
+        >>> sorted(req.questions)
+        ['q']
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = DEFAULT_MODEL
+    state: Any
+    questions: dict[str, Question]
+    assets: dict[str, ImageAsset] | None = None
+
+    @field_validator("state", mode="before")
+    @classmethod
+    def _normalise_state(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("state is required")
+        if isinstance(value, str):
+            if not value.strip():
+                raise ValueError("state must not be empty")
+            return value
+        if isinstance(value, (list, tuple)):
+            if not value:
+                raise ValueError("state must not be empty")
+            converted = [message_to_dict(m) for m in value]
+            if all(c is not None for c in converted):
+                return converted
+            return list(value)
+        if isinstance(value, Mapping):
+            return dict(value)
+        if isinstance(value, (bytes, bytearray)) or hasattr(value, "save"):
+            # Images; the vision backbone takes these.
+            return value
+        raise ValueError(
+            f"state must be a string, a JSON object or array, or chat messages; "
+            f"got {type(value).__name__}"
+        )
+
+    @field_validator("questions")
+    @classmethod
+    def _check_questions(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not value:
+            raise ValueError("at least one question is required")
+        if len(value) > MAX_QUESTIONS:
+            raise ValueError(f"{len(value)} questions; the limit is {MAX_QUESTIONS}")
+        for qid in value:
+            if not qid or not qid.strip():
+                raise ValueError("question ids must be non-empty")
+            if len(qid) > MAX_QUESTION_ID_CHARS:
+                raise ValueError(
+                    f"question id has {len(qid)} characters; the limit is {MAX_QUESTION_ID_CHARS}"
+                )
+        return value
+
+    @classmethod
+    def parse(cls, obj: Any) -> DecisionRequest:
+        """Validate a dict (or an existing request) and raise :class:`InvalidRequestError`."""
+        if isinstance(obj, cls):
+            return obj
+        if not isinstance(obj, Mapping):
+            raise InvalidRequestError(
+                f"a request must be a JSON object; got {type(obj).__name__}", field="body"
+            )
+        try:
+            return cls.model_validate(obj)
+        except ValidationError as exc:
+            raise validation_error(exc) from None
+
+
+def validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> InvalidRequestError:
+    """Convert pydantic's error into ours, keeping every ``{loc, msg, type}`` entry."""
+    entries = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = prefix + tuple(str(p) for p in err["loc"])
+        # Drop pydantic's union-member tags ("choice", "function-after[...]").
+        loc = tuple(p for p in loc if not p.startswith("function-") and "[" not in p)
+        if len(loc) > 2 and loc[0] == "questions" and loc[2] in _QUESTION_TAGS:
+            loc = loc[:2] + loc[3:]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        entries.append({"loc": loc, "msg": msg, "type": err["type"]})
+    first = entries[0]
+    field = ".".join(first["loc"])
+    return InvalidRequestError(first["msg"], field=field or None, errors=entries)
+
+
+def questions_from(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a mapping of questions (objects or dicts) the way a request would."""
+    return DecisionRequest.parse({"state": "x", "questions": dict(obj)}).questions
+
