@@ -31,8 +31,14 @@ def tiny_vocab() -> list[str]:
     return list(dict.fromkeys(_SPECIAL + _WORDS + letters + digits + punct + pieces))
 
 
-def write_tiny_bert(directory: str | Path, *, hidden_size: int = 32, layers: int = 2,
-                    seed: int = 0, max_position_embeddings: int = 128) -> Path:
+def write_tiny_bert(
+    directory: str | Path,
+    *,
+    hidden_size: int = 32,
+    layers: int = 2,
+    seed: int = 0,
+    max_position_embeddings: int = 128,
+) -> Path:
     """Save a random BERT encoder + WordPiece tokenizer to ``directory`` (safetensors)."""
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
@@ -41,8 +47,11 @@ def write_tiny_bert(directory: str | Path, *, hidden_size: int = 32, layers: int
     (out / "vocab.txt").write_text("\n".join(tiny_vocab()) + "\n")
     tokenizer = BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
     config = BertConfig(
-        vocab_size=len(tiny_vocab()), hidden_size=hidden_size, num_hidden_layers=layers,
-        num_attention_heads=2, intermediate_size=hidden_size * 2,
+        vocab_size=len(tiny_vocab()),
+        hidden_size=hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=hidden_size * 2,
         max_position_embeddings=max_position_embeddings,
     )
     torch.manual_seed(seed)

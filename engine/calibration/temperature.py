@@ -68,8 +68,9 @@ class Calibrator:
         return self.temperatures.get("default", DEFAULT_TEMPERATURE)
 
     def _has(self, question_type: str) -> bool:
-        return any(k.startswith(f"{question_type}/") or k == question_type
-                   for k in self.temperatures)
+        return any(
+            k.startswith(f"{question_type}/") or k == question_type for k in self.temperatures
+        )
 
     def bias(self, name: str, default: float = 0.0) -> float:
         return self.biases.get(name, default)
@@ -78,8 +79,11 @@ class Calibrator:
         return logits / self.temperature(question_type, n_options)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"temperatures": dict(sorted(self.temperatures.items())),
-                "biases": dict(sorted(self.biases.items())), "source": self.source}
+        return {
+            "temperatures": dict(sorted(self.temperatures.items())),
+            "biases": dict(sorted(self.biases.items())),
+            "source": self.source,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibrator:
@@ -98,8 +102,10 @@ class Calibrator:
 
 
 def fit_temperature(
-    logits: torch.Tensor | list[torch.Tensor], labels: torch.Tensor | list[int],
-    *, init: float = 1.0,
+    logits: torch.Tensor | list[torch.Tensor],
+    labels: torch.Tensor | list[int],
+    *,
+    init: float = 1.0,
 ) -> float:
     """Temperature ``T`` minimising the NLL of ``softmax(logits / T)``.
 

@@ -21,8 +21,9 @@ DEFAULT_L2 = 1e-3
 DEFAULT_FOLDS = 5
 
 
-def _fit(x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float) -> tuple[torch.Tensor,
-                                                                               torch.Tensor]:
+def _fit(
+    x: torch.Tensor, y: torch.Tensor, n_classes: int, l2: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     w = torch.zeros(n_classes, x.shape[1])
     # Start from class centroids: the nearest-centroid classifier, then refine.
     w.index_add_(0, y, x)

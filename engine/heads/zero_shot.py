@@ -79,8 +79,9 @@ class ZeroShotHead:
     def __init__(self, calibrator: Calibrator | None = None) -> None:
         self.calibrator = calibrator or Calibrator.bundled()
 
-    def logits(self, prepared: PreparedQuestion, similarity: torch.Tensor,
-               state: torch.Tensor) -> torch.Tensor:
+    def logits(
+        self, prepared: PreparedQuestion, similarity: torch.Tensor, state: torch.Tensor
+    ) -> torch.Tensor:
         """Calibrated logits ``[B, n]`` from raw similarities ``[B, n]``.
 
         For ``noul`` the two columns are (yes, no).

@@ -52,8 +52,14 @@ def select_dtype(device: torch.device, requested: str | torch.dtype | None = Non
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if isinstance(requested, torch.dtype):
         return requested
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if requested not in names:
         raise ValueError(f"dtype: unknown dtype {requested!r}; use one of {sorted(names)}")
     return names[requested]

@@ -25,14 +25,20 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import torch
 
 from engine.backbones import Backbone, load_backbone
 from engine.calibration.temperature import Calibrator
-from engine.errors import ClefError, InvalidRequestError, StateTooLargeError, UnsupportedQuestionError
+from engine.errors import (
+    ClefError,
+    InvalidRequestError,
+    StateTooLargeError,
+    UnsupportedQuestionError,
+)
 from engine.heads.prototype import PrototypeClassifier
 from engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
 from engine.runtime import model_dir
@@ -51,8 +57,19 @@ from engine.schema.questions import _Question
 from engine.schema.render import canonical_json, render_value
 from engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
 
-Questions = Mapping[str, Union[_Question, Mapping[str, Any]]]
+Questions = Mapping[str, _Question | Mapping[str, Any]]
 """Questions keyed by id: question objects or wire-format dicts."""
+
+
+@dataclass
+class Scored:
+    """What scoring one request yields, before answers are built."""
+
+    probabilities: dict[str, torch.Tensor]
+    """Per question id, probabilities over its options (``noul``: ``[P(yes), P(no)]``)."""
+    prepared: dict[str, PreparedQuestion]
+    windows: int
+    tokens: int
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]
@@ -162,7 +179,7 @@ class DecisionEngine:
         missing = [t for t in dict.fromkeys(texts) if self._vectors.get_or_none(t) is None]
         if missing:
             encoded = self.backbone.encode(list(missing)).pooled
-            for text, vec in zip(missing, encoded):
+            for text, vec in zip(missing, encoded, strict=False):
                 self._vectors.put(text, vec)
         return torch.stack([self._vectors.get_or_none(t) for t in texts])
 
@@ -249,45 +266,58 @@ class DecisionEngine:
 
     # -- scoring -----------------------------------------------------------------------
 
-    def _answers(
-        self, request: DecisionRequest, state: torch.Tensor
-    ) -> tuple[dict[str, Answer], dict[str, float], int]:
-        """Answer every question of one request from its pooled state vector ``[H]``."""
-        qids = list(request.questions)
-        prepared = [self.prepare_question(request.questions[q]) for q in qids]
-        # Every option of every question in one product with the state.
-        matrix = torch.cat([p.vectors for p in prepared])  # type: ignore[misc]
-        sims = (state.unsqueeze(0).to(matrix.dtype) @ matrix.T).float()
-        answers: dict[str, Answer] = {}
-        top: dict[str, float] = {}
-        offset = 0
-        for qid, prep in zip(qids, prepared):
-            n = len(prep.names)
-            logits = self.head.logits(prep, sims[:, offset : offset + n], state.float().unsqueeze(0))
-            offset += n
-            probs = torch.softmax(logits.double(), dim=-1)[0]
-            answers[qid] = _answer(prep, probs)
-            top[qid] = answers[qid].top_probability()
-        return answers, top, sum(p.tokens for p in prepared)
+    def score(self, texts: list[str], requests: list[DecisionRequest]) -> list[Scored]:
+        """Probabilities for every question of every request (the scoring seam).
+
+        A backbone that scores by itself (a causal LM scoring option continuations) provides
+        ``score_requests(engine, texts, requests)`` and takes over here; otherwise the
+        state is encoded once per request and the head scores the options.
+        """
+        custom = getattr(self.backbone, "score_requests", None)
+        if custom is not None:
+            return list(custom(self, texts, requests))
+        encoded = self.backbone.encode(texts, return_tokens=self.head.needs_token_states)
+        out = []
+        for i, request in enumerate(requests):
+            qids = list(request.questions)
+            prepared = {q: self.prepare_question(request.questions[q]) for q in qids}
+            state = encoded.pooled[i].float().unsqueeze(0)
+            # Every option of every question in one product with the state.
+            matrix = torch.cat([prepared[q].vectors for q in qids])  # type: ignore[misc]
+            sims = (state.to(matrix.dtype) @ matrix.T).float()
+            probabilities = {}
+            offset = 0
+            for qid in qids:
+                n = len(prepared[qid].names)
+                logits = self.head.logits(prepared[qid], sims[:, offset : offset + n], state)
+                offset += n
+                probabilities[qid] = torch.softmax(logits.double(), dim=-1)[0]
+            tokens = encoded.tokens[i] + sum(p.tokens for p in prepared.values())
+            out.append(Scored(probabilities, prepared, encoded.windows[i], tokens))
+        return out
 
     def _run(self, requests: list[DecisionRequest]) -> list[DecisionResult]:
         started = time.perf_counter()
         texts = [self._state_text(r) for r in requests]
         for r in requests:
             self._check_supported(r)
-        encoded = self.backbone.encode(texts)
         results = []
-        for i, request in enumerate(requests):
-            answers, top, option_tokens = self._answers(request, encoded.pooled[i])
-            results.append(DecisionResult(
-                model=request.model if request.model != DEFAULT_MODEL else self.model_name,
-                answers=answers,
-                usage=Usage(input_tokens=encoded.tokens[i] + option_tokens, output_tokens=0),
-                x_model_version=self.model_version,
-                x_source="model",
-                x_windows=encoded.windows[i],
-                x_top_probability=top,
-            ))
+        for request, scored in zip(requests, self.score(texts, requests), strict=False):
+            answers = {
+                qid: _answer(scored.prepared[qid], probs)
+                for qid, probs in scored.probabilities.items()
+            }
+            results.append(
+                DecisionResult(
+                    model=request.model if request.model != DEFAULT_MODEL else self.model_name,
+                    answers=answers,
+                    usage=Usage(input_tokens=scored.tokens, output_tokens=0),
+                    x_model_version=self.model_version,
+                    x_source="model",
+                    x_windows=scored.windows,
+                    x_top_probability={q: a.top_probability() for q, a in answers.items()},
+                )
+            )
         total = (time.perf_counter() - started) * 1000.0
         for r in results:
             r.x_latency_ms = round(total / len(results), 3)
@@ -346,7 +376,7 @@ class DecisionEngine:
             try:
                 with torch.inference_mode():
                     results = self._run([r for _, r in good])
-                for (i, _), result in zip(good, results):
+                for (i, _), result in zip(good, results, strict=False):
                     slots[i] = result
             except Exception:
                 if not return_exceptions:
@@ -356,7 +386,7 @@ class DecisionEngine:
                     try:
                         with torch.inference_mode():
                             slots[i] = self._run([request])[0]
-                    except Exception as exc:  # noqa: BLE001 - returned per item by contract
+                    except Exception as exc:
                         slots[i] = exc
         return slots
 
@@ -405,7 +435,7 @@ def _answer(prep: PreparedQuestion, probs: torch.Tensor) -> Answer:
     values = [float(v) for v in probs]
     if prep.type == "noul":
         return NoulAnswer(noul=min(1.0, max(0.0, values[0])))
-    probabilities = dict(zip(prep.names, values))
+    probabilities = dict(zip(prep.names, values, strict=False))
     if prep.type == "score":
         return ScoreAnswer(
             score=float(sum(i * p for i, p in enumerate(values))),

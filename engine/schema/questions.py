@@ -219,7 +219,7 @@ class Box(_Question):
         return []
 
 
-Question = Annotated[Union[Choice, Noul, Score, Box], Field(discriminator="type")]
+Question = Annotated[Choice | Noul | Score | Box, Field(discriminator="type")]
 """Any question; discriminated by ``type``."""
 
 QUESTION_TYPES: dict[str, type[_Question]] = {

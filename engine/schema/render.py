@@ -113,8 +113,10 @@ def render_value(value: Any, field: str = "state") -> str:
         return value
     if is_message_list(value):
         return render_messages(value, field)
-    if isinstance(value, (Mapping, list, tuple)) or value is None or isinstance(
-        value, (int, float, bool)
+    if (
+        isinstance(value, (Mapping, list, tuple))
+        or value is None
+        or isinstance(value, (int, float, bool))
     ):
         lines: list[str] = []
         _render_json(value, "", lines, 0, field)

@@ -122,4 +122,3 @@ def validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> Inva
 def questions_from(obj: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a mapping of questions (objects or dicts) the way a request would."""
     return DecisionRequest.parse({"state": "x", "questions": dict(obj)}).questions
-

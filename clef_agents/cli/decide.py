@@ -1,0 +1,161 @@
+"""``clef-agents decide``: answer questions about one state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from clef_agents.cli import UsageError
+from clef_agents.cli.common import add_engine_args, build_engine, load_structured, read_text
+
+EPILOG = """examples:
+  clef-agents decide "my card never arrived" --choice intent=card_arrival,lost_card,refund
+  echo '{"user": "bob", "msg": "app crashes"}' | clef-agents decide - --noul bug="Is this a bug?"
+  clef-agents decide --state-file ticket.txt --questions questions.yaml --json
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "decide",
+        help="answer questions about a state",
+        description="Answer typed questions about one state.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("state", nargs="?", help="the state text; '-' reads stdin")
+    p.add_argument("--state-file", metavar="FILE", help="read the state from FILE")
+    p.add_argument(
+        "--questions",
+        metavar="FILE",
+        help="JSON/YAML: {id: question} in the wire format, or a whole request",
+    )
+    p.add_argument(
+        "--choice",
+        action="append",
+        default=[],
+        metavar="ID=OPT1,OPT2,...",
+        help="a choice question (repeatable)",
+    )
+    p.add_argument(
+        "--noul",
+        action="append",
+        default=[],
+        metavar='ID="INSTRUCTIONS"',
+        help="a yes/no question (repeatable)",
+    )
+    p.add_argument(
+        "--score",
+        action="append",
+        default=[],
+        metavar="ID=LEVEL0,LEVEL1,...",
+        help="a score question on ordered levels (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print the exact wire JSON")
+    add_engine_args(p)
+    p.set_defaults(func=run)
+
+
+def _split(spec: str, flag: str) -> tuple[str, str]:
+    qid, sep, rest = spec.partition("=")
+    if not sep or not qid.strip():
+        raise UsageError(f"{flag} {spec!r}: expected ID=VALUE")
+    return qid.strip(), rest
+
+
+def _parse_state(text: str) -> Any:
+    stripped = text.strip()
+    if stripped[:1] in "{[":
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError:
+            return text
+    return text
+
+
+def collect_questions(args: argparse.Namespace) -> dict[str, Any]:
+    questions: dict[str, Any] = {}
+    if args.questions:
+        loaded = load_structured(args.questions)
+        if isinstance(loaded, Mapping) and "questions" in loaded:
+            loaded = loaded["questions"]
+        if not isinstance(loaded, Mapping):
+            raise UsageError(f"{args.questions}: expected a mapping of question id to question")
+        questions.update(loaded)
+    for spec in args.choice:
+        qid, rest = _split(spec, "--choice")
+        options = [o.strip() for o in rest.split(",") if o.strip()]
+        questions[qid] = {
+            "type": "choice",
+            "instructions": qid.replace("_", " "),
+            "criteria": dict.fromkeys(options),
+        }
+    for spec in args.noul:
+        qid, rest = _split(spec, "--noul")
+        questions[qid] = {"type": "noul", "instructions": rest or qid.replace("_", " ")}
+    for spec in args.score:
+        qid, rest = _split(spec, "--score")
+        levels = [o.strip() for o in rest.split(",") if o.strip()]
+        questions[qid] = {
+            "type": "score",
+            "instructions": qid.replace("_", " "),
+            "criteria": levels,
+        }
+    if not questions:
+        raise UsageError("no questions: give --questions FILE, --choice, --noul or --score")
+    return questions
+
+
+def read_state(args: argparse.Namespace) -> Any:
+    if args.state_file and args.state:
+        raise UsageError("give the state as an argument or with --state-file, not both")
+    if args.state_file:
+        text = read_text(args.state_file)
+    elif args.state == "-" or (args.state is None and not sys.stdin.isatty()):
+        text = sys.stdin.read()
+    elif args.state is not None:
+        text = args.state
+    else:
+        raise UsageError("no state: pass it as an argument, with --state-file, or on stdin")
+    if not text.strip():
+        raise UsageError("state is empty")
+    return _parse_state(text)
+
+
+def format_table(result: Any) -> str:
+    lines = []
+    for qid, answer in result.answers.items():
+        data = answer.model_dump()
+        if "choice" in data:
+            lines.append(f"{qid}: {data['choice']}  (confidence {data['confidence']:.2f})")
+            ranked = sorted(data["probabilities"].items(), key=lambda kv: -kv[1])
+            for name, p in ranked[:5]:
+                lines.append(f"    {p:6.1%}  {name}")
+            if len(ranked) > 5:
+                lines.append(f"    ... {len(ranked) - 5} more")
+        elif "noul" in data:
+            lines.append(f"{qid}: P(yes) = {data['noul']:.3f}")
+        elif "score" in data:
+            lines.append(f"{qid}: score {data['score']:.2f}  (confidence {data['confidence']:.2f})")
+            for level, p in data["probabilities"].items():
+                lines.append(f"    {p:6.1%}  {level}: {data['legend'].get(level, '')}")
+    lines.append(
+        f"model {result.x_model_version}, {result.x_latency_ms:.1f} ms, "
+        f"{result.usage.input_tokens} tokens, {result.x_windows} window(s)"
+    )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    questions = collect_questions(args)
+    state = read_state(args)
+    engine = build_engine(args)
+    result = engine.decide(state, questions)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_wire(), ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(format_table(result) + "\n")
+    return 0
