@@ -13,7 +13,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def _shared_data() -> Path:
+    """``../shared/data`` beside the checkout (searched upwards, for git worktrees)."""
+    for parent in ROOT.parents:
+        if (parent / "shared" / "data").is_dir():
+            return parent / "shared" / "data"
+    return ROOT.parent / "shared" / "data"
+
+
+SHARED_DATA = _shared_data()
 
 
 @pytest.fixture(scope="session")
