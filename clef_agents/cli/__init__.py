@@ -17,6 +17,7 @@ from engine.errors import ClefError
 
 COMMANDS = [
     "clef_agents.cli.decide",
+    "clef_agents.cli.eval",
 ]
 """Modules that register a subcommand, in help order."""
 

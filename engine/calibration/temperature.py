@@ -120,37 +120,43 @@ def fit_temperature(
     if not rows or len(rows) != len(y):
         raise ValueError("fit_temperature needs as many labels as logit rows, at least one")
     width = max(r.numel() for r in rows)
-    padded = torch.full((len(rows), width), float("-inf"))
+    padded = torch.zeros((len(rows), width))
+    valid = torch.zeros((len(rows), width), dtype=torch.bool)
     for i, r in enumerate(rows):
         padded[i, : r.numel()] = r
+        valid[i, : r.numel()] = True
     target = torch.tensor(y)
-    log_t = torch.tensor([math.log(init)], requires_grad=True)
-    opt = torch.optim.LBFGS([log_t], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
+    with torch.inference_mode(False), torch.enable_grad():
+        log_t = torch.tensor([math.log(init)], requires_grad=True)
+        opt = torch.optim.LBFGS([log_t], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
 
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(padded / log_t.exp(), target)
-        loss.backward()
-        return loss
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            scaled = (padded / log_t.exp()).masked_fill(~valid, float("-inf"))
+            loss = torch.nn.functional.cross_entropy(scaled, target)
+            loss.backward()
+            return loss
 
-    opt.step(closure)
+        opt.step(closure)
     value = float(log_t.exp().item())
     return min(max(value, 1e-4), 1e4)
 
 
 def fit_threshold(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
     """``(T, b)`` minimising the NLL of ``sigmoid((scores - b) / T)`` (one-sided yes/no)."""
-    s = scores.detach().float()
-    y = labels.detach().float()
-    log_t = torch.tensor([math.log(max(float(s.std()), 1e-3))], requires_grad=True)
-    b = torch.tensor([float(s.mean())], requires_grad=True)
-    opt = torch.optim.LBFGS([log_t, b], lr=0.5, max_iter=300, line_search_fn="strong_wolfe")
+    s = scores.detach().float().clone()
+    y = labels.detach().float().clone()
+    with torch.inference_mode(False), torch.enable_grad():
+        log_t = torch.tensor([math.log(max(float(s.std()), 1e-3))], requires_grad=True)
+        b = torch.tensor([float(s.mean())], requires_grad=True)
+        opt = torch.optim.LBFGS([log_t, b], lr=0.5, max_iter=300, line_search_fn="strong_wolfe")
 
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits((s - b) / log_t.exp(), y)
-        loss.backward()
-        return loss
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            z = (s - b) / log_t.exp()
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
+            loss.backward()
+            return loss
 
-    opt.step(closure)
+        opt.step(closure)
     return float(log_t.exp().item()), float(b.item())

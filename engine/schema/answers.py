@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,7 +88,7 @@ class BoxAnswer(_Answer):
         return 0.0 if self.confidence is None else self.confidence
 
 
-Answer = Union[ChoiceAnswer, NoulAnswer, ScoreAnswer, BoxAnswer]
+Answer = ChoiceAnswer | NoulAnswer | ScoreAnswer | BoxAnswer
 
 
 class Usage(BaseModel):

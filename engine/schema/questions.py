@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -29,7 +29,7 @@ from engine.schema.limits import (
 )
 from engine.schema.render import render_value
 
-JSONText = Union[str, dict[str, Any], list[Any]]
+JSONText = str | dict[str, Any] | list[Any]
 """Instructions and descriptions: a string or structured JSON."""
 
 
