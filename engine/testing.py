@@ -44,8 +44,8 @@ def write_tiny_bert(
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "vocab.txt").write_text("\n".join(tiny_vocab()) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(out / "vocab.txt"), do_lower_case=True)
+    vocab = {word: i for i, word in enumerate(tiny_vocab())}
+    tokenizer = BertTokenizerFast(vocab=vocab, do_lower_case=True)
     config = BertConfig(
         vocab_size=len(tiny_vocab()),
         hidden_size=hidden_size,

@@ -44,7 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE

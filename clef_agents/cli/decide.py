@@ -150,7 +150,9 @@ def format_table(result: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    questions = collect_questions(args)
+    from engine.schema.request import questions_from
+
+    questions = questions_from(collect_questions(args))  # validate before loading a model
     state = read_state(args)
     engine = build_engine(args)
     result = engine.decide(state, questions)

@@ -112,21 +112,21 @@ def fit_temperature(
     ``logits`` is ``[N, C]`` or a list of 1-D tensors of varying length (questions with
     different option counts share one temperature).
     """
-    if isinstance(logits, torch.Tensor):
-        rows = list(logits.detach().float())
-    else:
-        rows = [t.detach().float() for t in logits]
-    y = [int(v) for v in labels]
-    if not rows or len(rows) != len(y):
-        raise ValueError("fit_temperature needs as many labels as logit rows, at least one")
-    width = max(r.numel() for r in rows)
-    padded = torch.zeros((len(rows), width))
-    valid = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        padded[i, : r.numel()] = r
-        valid[i, : r.numel()] = True
-    target = torch.tensor(y)
     with torch.inference_mode(False), torch.enable_grad():
+        if isinstance(logits, torch.Tensor):
+            rows = [r.clone() for r in logits.detach().float()]
+        else:
+            rows = [t.detach().float().clone() for t in logits]
+        y = [int(v) for v in labels]
+        if not rows or len(rows) != len(y):
+            raise ValueError("fit_temperature needs as many labels as logit rows, at least one")
+        width = max(r.numel() for r in rows)
+        padded = torch.zeros((len(rows), width))
+        valid = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, r in enumerate(rows):
+            padded[i, : r.numel()] = r
+            valid[i, : r.numel()] = True
+        target = torch.tensor(y)
         log_t = torch.tensor([math.log(init)], requires_grad=True)
         opt = torch.optim.LBFGS([log_t], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
 
@@ -144,9 +144,9 @@ def fit_temperature(
 
 def fit_threshold(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
     """``(T, b)`` minimising the NLL of ``sigmoid((scores - b) / T)`` (one-sided yes/no)."""
-    s = scores.detach().float().clone()
-    y = labels.detach().float().clone()
     with torch.inference_mode(False), torch.enable_grad():
+        s = scores.detach().float().clone()
+        y = labels.detach().float().clone()
         log_t = torch.tensor([math.log(max(float(s.std()), 1e-3))], requires_grad=True)
         b = torch.tensor([float(s.mean())], requires_grad=True)
         opt = torch.optim.LBFGS([log_t, b], lr=0.5, max_iter=300, line_search_fn="strong_wolfe")

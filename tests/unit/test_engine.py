@@ -1,0 +1,289 @@
+"""DecisionEngine behaviour on a tiny random encoder built in code."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+import torch
+
+from engine import (
+    Box,
+    Choice,
+    DecisionEngine,
+    DeviceUnavailableError,
+    InvalidRequestError,
+    ModelLoadError,
+    Noul,
+    Score,
+    StateTooLargeError,
+    UnsupportedQuestionError,
+)
+
+QUESTIONS = {
+    "route": Choice(
+        instructions="Route the ticket",
+        criteria={"billing": "refund money payment", "tech": "bug error login", "sales": None},
+    ),
+    "urgent": Noul(instructions="Is this urgent?"),
+    "two_sided": Noul(criteria={"true": "angry customer", "false": "happy customer"}),
+    "level": Score(instructions="urgency", criteria=["low", "medium", "high"]),
+}
+STATES = [
+    "my card has not arrived and I want a refund",
+    "login page error bug",
+    "hello",
+    "exchange rate for cash top up please help " * 3,
+]
+
+
+def _assert_valid(result):
+    for qid, answer in result.answers.items():
+        data = answer.model_dump()
+        if "probabilities" in data:
+            probs = list(data["probabilities"].values())
+            assert all(math.isfinite(p) and 0.0 <= p <= 1.0 for p in probs), qid
+            assert sum(probs) == pytest.approx(1.0, abs=1e-9), qid
+        if "noul" in data:
+            assert 0.0 <= data["noul"] <= 1.0
+
+
+def test_answers_are_probabilities(tiny_engine):
+    for state in STATES:
+        _assert_valid(tiny_engine.decide(state, QUESTIONS))
+
+
+def test_choice_is_argmax_and_score_is_expectation(tiny_engine):
+    result = tiny_engine.decide(STATES[0], QUESTIONS)
+    route = result.answers["route"]
+    assert route.choice == max(route.probabilities, key=route.probabilities.get)
+    assert route.confidence == pytest.approx(
+        (max(route.probabilities.values()) - 1 / 3) / (1 - 1 / 3)
+    )
+    level = result.answers["level"]
+    assert level.score == pytest.approx(sum(int(k) * p for k, p in level.probabilities.items()))
+    assert level.legend == {"0": "low", "1": "medium", "2": "high"}
+    assert result.x_top_probability["route"] == pytest.approx(route.probabilities[route.choice])
+
+
+def test_result_metadata(tiny_engine):
+    result = tiny_engine.decide(STATES[0], QUESTIONS)
+    assert result.x_source == "model"
+    assert result.x_model_version == tiny_engine.model_version
+    assert result.usage.input_tokens > 0 and result.usage.output_tokens == 0
+    wire = result.to_wire()
+    assert set(wire) >= {"model", "answers", "usage"}
+    assert all(k in ("model", "answers", "usage") or k.startswith("x_") for k in wire)
+
+
+def _flat(result):
+    out = {}
+    for qid, answer in result.answers.items():
+        data = answer.model_dump()
+        if "probabilities" in data:
+            out[qid] = data["probabilities"]
+        else:
+            out[qid] = {"noul": data["noul"]}
+    return out
+
+
+def _close(a, b, tol=1e-5):
+    assert a.keys() == b.keys()
+    for k in a:
+        for opt in a[k]:
+            assert a[k][opt] == pytest.approx(b[k][opt], abs=tol), (k, opt)
+
+
+def test_invariant_to_question_order_and_ids(tiny_engine):
+    base = _flat(tiny_engine.decide(STATES[1], QUESTIONS))
+    reordered = dict(reversed(list(QUESTIONS.items())))
+    _close(base, _flat(tiny_engine.decide(STATES[1], reordered)))
+    renamed = {f"q_{i}": q for i, q in enumerate(QUESTIONS.values())}
+    mapping = dict(zip(renamed, QUESTIONS))
+    got = _flat(tiny_engine.decide(STATES[1], renamed))
+    _close(base, {mapping[k]: v for k, v in got.items()})
+
+
+def test_invariant_to_batching(tiny_engine):
+    singles = [_flat(tiny_engine.decide(s, QUESTIONS)) for s in STATES]
+    batched = [_flat(r) for r in tiny_engine.decide_batch(STATES, QUESTIONS)]
+    for one, many in zip(singles, batched):
+        _close(one, many)
+
+
+def test_dict_questions_and_wire_requests(tiny_engine):
+    wire = {"type": "choice", "instructions": "Route", "criteria": {"a": None, "b": "bug"}}
+    r1 = tiny_engine.decide("login bug", {"q": wire})
+    r2 = tiny_engine.decide({"model": "jev-latest", "state": "login bug", "questions": {"q": wire}})
+    _close(_flat(r1), _flat(r2))
+    assert r2.model == "jev-latest"
+
+
+def test_json_and_message_states(tiny_engine):
+    a = tiny_engine.decide({"user": "bob", "msg": "refund"}, QUESTIONS)
+    b = tiny_engine.decide({"msg": "refund", "user": "bob"}, QUESTIONS)
+    _close(_flat(a), _flat(b), tol=0)
+    chat = [{"role": "user", "content": "my login fails"}]
+    _assert_valid(tiny_engine.decide(chat, QUESTIONS))
+
+
+def test_long_states_are_windowed_not_truncated(tiny_engine):
+    short = tiny_engine.decide("refund please", QUESTIONS)
+    assert short.x_windows == 1
+    long_text = "refund payment money " * 60 + "login error bug " * 60
+    result = tiny_engine.decide(long_text, QUESTIONS)
+    assert result.x_windows > 1
+    # The tail of the state matters: changing only the last window changes the answer.
+    other = tiny_engine.decide("refund payment money " * 60 + "happy hello world " * 60, QUESTIONS)
+    assert result.answers["route"].probabilities != other.answers["route"].probabilities
+
+
+def test_windows_cover_every_token(tiny_engine):
+    backbone = tiny_engine.backbone
+    ids = list(range(100, 100 + 95))
+    windows = backbone._windows(ids)
+    body = [w[1:-1] for w in windows]
+    assert all(len(w) <= backbone.max_length for w in windows)
+    covered = {t for w in body for t in w}
+    assert covered == set(ids)
+
+
+def test_state_cap_is_enforced(tiny_engine):
+    engine = DecisionEngine(tiny_engine.backbone, max_state_chars=50, warmup=False)
+    with pytest.raises(StateTooLargeError) as info:
+        engine.decide("x" * 51, QUESTIONS)
+    assert info.value.field == "state" and info.value.limit == 50
+
+
+def test_box_needs_vision_and_assets_are_refused(tiny_engine):
+    with pytest.raises(UnsupportedQuestionError, match="vision") as info:
+        tiny_engine.decide("a page", {"where": Box(instructions="the sign-in button")})
+    assert info.value.field == "questions.where"
+
+
+def test_batch_keeps_every_item_in_order(tiny_engine):
+    items = ["refund", "", "login bug", "x" * 10, "   "]
+    out = tiny_engine.decide_batch(items, QUESTIONS, return_exceptions=True)
+    assert len(out) == len(items)
+    assert isinstance(out[1], InvalidRequestError) and out[1].field == "state"
+    assert isinstance(out[4], InvalidRequestError)
+    for i in (0, 2, 3):
+        _close(_flat(out[i]), _flat(tiny_engine.decide(items[i], QUESTIONS)))
+    with pytest.raises(InvalidRequestError):
+        tiny_engine.decide_batch(items, QUESTIONS)
+
+
+def test_batch_of_requests_with_different_questions(tiny_engine):
+    reqs = [
+        {"state": "refund", "questions": {"a": {"type": "noul", "instructions": "money?"}}},
+        {
+            "state": "bug",
+            "questions": {
+                "b": {"type": "choice", "instructions": "x", "criteria": ["tech", "sales"]}
+            },
+        },
+        {
+            "state": "bug",
+            "questions": {"b": {"type": "choice", "instructions": "x", "criteria": ["tech"]}},
+        },
+    ]
+    out = tiny_engine.decide_batch(reqs, return_exceptions=True)
+    assert set(out[0].answers) == {"a"} and set(out[1].answers) == {"b"}
+    assert isinstance(out[2], InvalidRequestError)
+
+
+async def test_async_forms_match_sync(tiny_engine):
+    sync = _flat(tiny_engine.decide(STATES[0], QUESTIONS))
+    got = await tiny_engine.adecide(STATES[0], QUESTIONS)
+    _close(sync, _flat(got))
+    many = await asyncio.gather(*(tiny_engine.adecide(s, QUESTIONS) for s in STATES))
+    assert len(many) == len(STATES)
+    batch = await tiny_engine.adecide_batch(["ok", ""], QUESTIONS, return_exceptions=True)
+    assert isinstance(batch[1], InvalidRequestError)
+
+
+def test_missing_questions_is_a_typed_error(tiny_engine):
+    with pytest.raises(InvalidRequestError) as info:
+        tiny_engine.decide("state only")
+    assert info.value.field == "questions"
+
+
+def test_prototype_examples_teach_options(tiny_engine):
+    q = Choice(
+        instructions="x",
+        criteria={
+            "money": {"examples": ["refund payment", "money refund please", "payment cash"]},
+            "tech": {"examples": ["login error", "bug on page", "error login bug"]},
+        },
+    )
+    result = tiny_engine.decide("refund payment cash money", {"q": q})
+    assert result.answers["q"].choice == "money"
+    result = tiny_engine.decide("login bug error page", {"q": q})
+    assert result.answers["q"].choice == "tech"
+
+
+def test_device_and_dtype_errors(tiny_engine):
+    from engine.runtime.devices import select_device, select_dtype
+
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceUnavailableError, match="cuda"):
+            select_device("cuda")
+    with pytest.raises(DeviceUnavailableError):
+        select_device("tpu")
+    assert select_device("cpu").type == "cpu"
+    assert select_dtype(torch.device("cpu")) == torch.float32
+    assert select_dtype(torch.device("cuda")) == torch.bfloat16
+    with pytest.raises(ValueError, match="dtype"):
+        select_dtype(torch.device("cpu"), "float8")
+
+
+def test_missing_model_dir_is_clear(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        DecisionEngine.from_pretrained(tmp_path / "nope")
+    with pytest.raises(ModelLoadError, match="not a directory"):
+        DecisionEngine(path=tmp_path / "nope")
+
+
+def test_save_load_round_trip(tiny_engine, tmp_path):
+    from engine.calibration import Calibrator
+
+    engine = DecisionEngine(
+        tiny_engine.backbone,
+        warmup=False,
+        model_name="tiny",
+        calibrator=Calibrator({"choice/b2": 0.5, "noul/b1": 0.2}),
+    )
+    before = engine.decide(STATES[0], QUESTIONS)
+    engine.save_pretrained(tmp_path / "m", copy_backbone=True)
+    loaded = DecisionEngine.from_pretrained(tmp_path / "m")
+    after = loaded.decide(STATES[0], QUESTIONS)
+    _close(_flat(before), _flat(after))
+    assert loaded.model_version == engine.model_version or loaded.model_name == "tiny"
+    assert loaded.calibrator.temperatures == engine.calibrator.temperatures
+    assert (tmp_path / "m" / "backbone" / "model.safetensors").is_file()
+    assert not list((tmp_path / "m").rglob("*.bin")) and not list((tmp_path / "m").rglob("*.pt"))
+
+
+def test_int8_mode_runs_on_cpu(tiny_engine):
+    from engine.backbones import EncoderBackbone
+
+    backbone = EncoderBackbone(tiny_engine.backbone.directory, quantize="int8", max_length=32)
+    engine = DecisionEngine(backbone)
+    _assert_valid(engine.decide(STATES[0], QUESTIONS))
+    with pytest.raises(ValueError, match="quantize"):
+        EncoderBackbone(tiny_engine.backbone.directory, quantize="int4")
+
+
+def test_loads_with_network_blocked(tmp_path, monkeypatch):
+    import pytest_socket
+
+    from engine.testing import write_tiny_bert
+
+    directory = write_tiny_bert(tmp_path / "tiny")
+    pytest_socket.disable_socket()
+    try:
+        engine = DecisionEngine(path=directory)
+        _assert_valid(engine.decide("refund", QUESTIONS))
+    finally:
+        pytest_socket.enable_socket()
