@@ -1,0 +1,166 @@
+"""BANKING77 on the embedded model: accuracy, calibration, latency, throughput, int8.
+
+Official split from ../shared/data/banking77: examples come only from train.csv, every
+number is measured on test.csv (3,080 rows). Run from the repo root:
+
+    python -m benchmarks.banking77_engine            # ~5 minutes on 2 cores
+    python -m benchmarks.banking77_engine --quick    # a smoke run on 300 test rows
+
+Writes benchmarks/results/banking77_engine.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks._common import percentiles, shared_data, write_result
+from engine import DecisionEngine
+from engine.calibration import Calibrator
+from engine.calibration.metrics import expected_calibration_error
+from engine.evaluation import columns, evaluate, label_question, read_records, sample_examples
+
+SEEDS = (0, 1, 2)
+
+
+def _eval(engine: DecisionEngine, texts: list[str], labels: list[str], question: Any,
+          *, uncalibrated: bool = False) -> dict[str, Any]:
+    """Evaluate in batches of 64 (speed); with ``uncalibrated`` also report T=1 ECE."""
+    report = evaluate(engine, texts, labels, question, batch_size=64)
+    out = {k: report.summary()[k] for k in ("accuracy", "macro_f1", "ece", "brier", "nll")}
+    if uncalibrated:
+        prepared = engine.prepare_question(question)
+        if prepared.classifier is not None:
+            t = prepared.classifier.temperature
+            prepared.classifier.temperature = 1.0
+            raw = evaluate(engine, texts, labels, question, batch_size=64)
+            prepared.classifier.temperature = t
+        else:
+            calibrated = engine.calibrator
+            engine.calibrator = Calibrator(source="identity")
+            raw = evaluate(engine, texts, labels, question, batch_size=64)
+            engine.calibrator = calibrated
+        out["ece_before_calibration"] = round(
+            expected_calibration_error(raw.probabilities, raw.label_index), 5)
+    return out
+
+
+def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = runs[0].keys()
+    return {k: round(float(np.mean([r[k] for r in runs])), 5) for k in keys}
+
+
+def accuracy_section(engine: DecisionEngine, train: tuple[list[str], list[str]],
+                     test: tuple[list[str], list[str]], intents: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    zs_question = label_question(intents)
+    out["zero_shot"] = _eval(engine, *test, zs_question, uncalibrated=True)
+    print("zero-shot", out["zero_shot"], flush=True)
+    runs = []
+    for seed in SEEDS:
+        examples, _ = sample_examples(*train, 10, seed=seed)
+        q = label_question(intents, examples)
+        t0 = time.perf_counter()
+        engine.prepare_question(q)
+        fit_s = time.perf_counter() - t0
+        run = _eval(engine, *test, q, uncalibrated=True)
+        run["prototype_fit_s"] = round(fit_s, 2)
+        runs.append(run)
+        print(f"10-shot seed {seed}", run, flush=True)
+    out["ten_shot_mean_of_3_seeds"] = _mean(runs)
+    out["ten_shot_runs"] = runs
+    full: dict[str, list[str]] = {}
+    for text, label in zip(*train, strict=True):
+        full.setdefault(label, []).append(text)
+    q = label_question(intents, full)
+    t0 = time.perf_counter()
+    engine.prepare_question(q)
+    fit_s = time.perf_counter() - t0
+    out["full_train_prototypes"] = _eval(engine, *test, q, uncalibrated=True)
+    out["full_train_prototypes"]["prototype_fit_s"] = round(fit_s, 2)
+    print("full", out["full_train_prototypes"], flush=True)
+    return out
+
+
+def latency_section(engine: DecisionEngine, texts: list[str], intents: list[str],
+                    n: int) -> dict[str, Any]:
+    """Single decisions with one 77-option question vs a bare backbone forward."""
+    question = {"intent": label_question(intents)}
+    backbone = engine.backbone
+    tokenizer, model = backbone.tokenizer, backbone.model  # type: ignore[attr-defined]
+    sample = random.Random(0).sample(texts, n)
+    for text in sample[:20]:  # warm-up, and fill the option cache
+        engine.decide(text, question)
+    decide_ms, bare_ms = [], []
+    with torch.inference_mode():
+        for text in sample:
+            t0 = time.perf_counter()
+            enc = tokenizer(text, return_tensors="pt", truncation=True,
+                            max_length=backbone.max_length)
+            model(**enc)
+            bare_ms.append((time.perf_counter() - t0) * 1000)
+            t0 = time.perf_counter()
+            engine.decide(text, question)
+            decide_ms.append((time.perf_counter() - t0) * 1000)
+    d, b = percentiles(decide_ms), percentiles(bare_ms)
+    return {"decide_77_options": d, "bare_backbone_forward": b,
+            "engine_overhead_p50": round(d["p50_ms"] / b["p50_ms"] - 1, 4),
+            "engine_overhead_mean": round(d["mean_ms"] / b["mean_ms"] - 1, 4)}
+
+
+def throughput_section(engine: DecisionEngine, texts: list[str], intents: list[str],
+                       batches: int) -> dict[str, Any]:
+    question = {"intent": label_question(intents)}
+    sample = random.Random(1).sample(texts, 64 * batches)
+    engine.decide_batch(sample[:64], question)
+    t0 = time.perf_counter()
+    for i in range(batches):
+        engine.decide_batch(sample[i * 64 : (i + 1) * 64], question)
+    elapsed = time.perf_counter() - t0
+    return {"batch_size": 64, "decisions": 64 * batches,
+            "decisions_per_s": round(64 * batches / elapsed, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="BANKING77 engine benchmark")
+    parser.add_argument("--quick", action="store_true", help="300 test rows, fewer timings")
+    args = parser.parse_args()
+    data = shared_data() / "banking77"
+    intents = json.loads((data / "categories.json").read_text())
+    train = columns(read_records(data / "train.csv"), "text", "category")
+    test = columns(read_records(data / "test.csv"), "text", "category")
+    if args.quick:
+        idx = random.Random(0).sample(range(len(test[0])), 300)
+        test = ([test[0][i] for i in idx], [test[1][i] for i in idx])
+    n_latency, n_batches = (100, 4) if args.quick else (500, 20)
+    started = time.perf_counter()
+    results: dict[str, Any] = {"data": "BANKING77 official split; examples from train.csv, "
+                               f"metrics on test.csv ({len(test[0])} rows)", "quick": args.quick}
+    fp32 = DecisionEngine()
+    results["fp32"] = {
+        **accuracy_section(fp32, train, test, intents),
+        "latency": latency_section(fp32, test[0], intents, n_latency),
+        "throughput": throughput_section(fp32, test[0], intents, n_batches),
+    }
+    print("fp32 latency", results["fp32"]["latency"], results["fp32"]["throughput"], flush=True)
+    int8 = DecisionEngine(quantize="int8")
+    examples, _ = sample_examples(*train, 10, seed=0)
+    results["int8"] = {
+        "zero_shot": _eval(int8, *test, label_question(intents)),
+        "ten_shot_seed0": _eval(int8, *test, label_question(intents, examples)),
+        "latency": latency_section(int8, test[0], intents, n_latency),
+        "throughput": throughput_section(int8, test[0], intents, n_batches),
+    }
+    print("int8", results["int8"], flush=True)
+    results["wall_s"] = round(time.perf_counter() - started, 1)
+    print(write_result("banking77_engine", results))
+
+
+if __name__ == "__main__":
+    main()
