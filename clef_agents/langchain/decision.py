@@ -97,12 +97,12 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> DecisionResult:
-        return self._call_with_config(self._decide, input, config, run_type="chain")
+        return self._call_with_config(self._decide, input, config, run_type="chain")  # type: ignore[arg-type]
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> DecisionResult:
-        return await self._acall_with_config(self._adecide, input, config, run_type="chain")
+        return await self._acall_with_config(self._adecide, input, config, run_type="chain")  # type: ignore[arg-type]
 
     def _decide_batch(self, inputs: list[Any], config: list[RunnableConfig]) -> list[Any]:
         items, good, slots = self._items(inputs)
@@ -132,7 +132,10 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
     ) -> list[Any]:
         """One engine batch for all inputs; errors per item with ``return_exceptions``."""
         return self._batch_with_config(
-            self._decide_batch, inputs, config, return_exceptions=return_exceptions
+            self._decide_batch,  # type: ignore[arg-type]
+            inputs,
+            config,
+            return_exceptions=return_exceptions,  # type: ignore[arg-type]
         )
 
     async def abatch(
@@ -145,7 +148,10 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
     ) -> list[Any]:
         """Async :meth:`batch` (one engine batch in the engine's worker thread)."""
         return await self._abatch_with_config(
-            self._adecide_batch, inputs, config, return_exceptions=return_exceptions
+            self._adecide_batch,  # type: ignore[arg-type]
+            inputs,
+            config,
+            return_exceptions=return_exceptions,  # type: ignore[arg-type]
         )
 
     # -- tools -------------------------------------------------------------------------

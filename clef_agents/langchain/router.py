@@ -121,7 +121,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
 
     # -- picking -----------------------------------------------------------------------
 
-    def pick(self, decision: DecisionResult) -> tuple[str, Runnable[Any, Any]]:
+    def choose_route(self, decision: DecisionResult) -> tuple[str, Runnable[Any, Any]]:
         """The route name and Runnable a decision selects (``"default"`` below threshold)."""
         answer = decision.answers[self.question_id]
         assert isinstance(answer, ChoiceAnswer)
@@ -165,24 +165,24 @@ class ClefRouter(RunnableSerializable[Any, Any]):
 
     def _invoke(self, value: Any, config: RunnableConfig) -> Any:
         decision = self._decide(value)
-        name, route = self.pick(decision)
+        name, route = self.choose_route(decision)
         record = self._record(name, decision)
         dispatch_custom_event(EVENT, record, config=config)
         return self._wrap(name, route.invoke(value, self._child_config(config, record)), decision)
 
     async def _ainvoke(self, value: Any, config: RunnableConfig) -> Any:
         decision = await self._adecide(value)
-        name, route = self.pick(decision)
+        name, route = self.choose_route(decision)
         record = self._record(name, decision)
         await adispatch_custom_event(EVENT, record, config=config)
         output = await route.ainvoke(value, self._child_config(config, record))
         return self._wrap(name, output, decision)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return self._call_with_config(self._invoke, input, config, run_type="chain")
+        return self._call_with_config(self._invoke, input, config, run_type="chain")  # type: ignore[arg-type]
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return await self._acall_with_config(self._ainvoke, input, config, run_type="chain")
+        return await self._acall_with_config(self._ainvoke, input, config, run_type="chain")  # type: ignore[arg-type]
 
     # -- batch -------------------------------------------------------------------------
 
@@ -197,7 +197,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
             if isinstance(decision, BaseException):
                 slots[i] = decision
                 continue
-            name, _ = self.pick(decision)
+            name, _ = self.choose_route(decision)
             record = self._record(name, decision)
             records[str(i)] = record
             groups.setdefault(name, []).append(i)
@@ -275,7 +275,10 @@ class ClefRouter(RunnableSerializable[Any, Any]):
     ) -> list[Any]:
         """Decide all inputs in one engine batch, then one ``batch`` call per route."""
         return self._batch_with_config(
-            self._batch, inputs, config, return_exceptions=return_exceptions
+            self._batch,  # type: ignore[arg-type]
+            inputs,
+            config,
+            return_exceptions=return_exceptions,  # type: ignore[arg-type]
         )
 
     async def abatch(
@@ -288,7 +291,10 @@ class ClefRouter(RunnableSerializable[Any, Any]):
     ) -> list[Any]:
         """Async :meth:`batch`."""
         return await self._abatch_with_config(
-            self._abatch, inputs, config, return_exceptions=return_exceptions
+            self._abatch,  # type: ignore[arg-type]
+            inputs,
+            config,
+            return_exceptions=return_exceptions,  # type: ignore[arg-type]
         )
 
     # -- stream ------------------------------------------------------------------------
@@ -296,7 +302,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
     def _transform(self, chunks: Iterator[Any], config: RunnableConfig) -> Iterator[Any]:
         value = _single(chunks)
         decision = self._decide(value)
-        name, route = self.pick(decision)
+        name, route = self.choose_route(decision)
         record = self._record(name, decision)
         dispatch_custom_event(EVENT, record, config=config)
         yield from route.stream(value, self._child_config(config, record))
@@ -307,7 +313,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         values = [c async for c in chunks]
         value = _single(iter(values))
         decision = await self._adecide(value)
-        name, route = self.pick(decision)
+        name, route = self.choose_route(decision)
         record = self._record(name, decision)
         await adispatch_custom_event(EVENT, record, config=config)
         async for chunk in route.astream(value, self._child_config(config, record)):
@@ -317,7 +323,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[Any]:
         """Decide, then stream the chosen route's output."""
-        yield from self._transform_stream_with_config(iter([input]), self._transform, config)
+        yield from self._transform_stream_with_config(iter([input]), self._transform, config)  # type: ignore[arg-type]
 
     async def astream(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -327,7 +333,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         async def one() -> AsyncIterator[Any]:
             yield input
 
-        async for chunk in self._atransform_stream_with_config(one(), self._atransform, config):
+        async for chunk in self._atransform_stream_with_config(one(), self._atransform, config):  # type: ignore[arg-type]
             yield chunk
 
 
