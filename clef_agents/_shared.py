@@ -45,13 +45,15 @@ def extract_state(value: Any, state_from: StateFrom) -> Any:
 
 
 def as_choice(question: Any, *, instructions: str = "Which route fits the input best?") -> Choice:
-    """A :class:`Choice` from a ``Choice``, a wire dict, or a plain ``{option: description}``."""
+    """A :class:`Choice` from a ``Choice``, a wire dict, ``{option: description}`` or names."""
     if isinstance(question, Choice):
         return question
     if isinstance(question, Mapping) and question.get("type") == "choice":
         return Choice.model_validate(dict(question))
     if isinstance(question, Mapping):
         return Choice(instructions=instructions, criteria=dict(question))
+    if isinstance(question, (list, tuple)) and all(isinstance(q, str) for q in question):
+        return Choice(instructions=instructions, criteria=list(question))
     raise InvalidRequestError(
         f"a router question must be a Choice or an {{option: description}} mapping; "
         f"got {type(question).__name__}",
