@@ -53,7 +53,7 @@ def as_choice(question: Any, *, instructions: str = "Which route fits the input 
     if isinstance(question, Mapping):
         return Choice(instructions=instructions, criteria=dict(question))
     if isinstance(question, (list, tuple)) and all(isinstance(q, str) for q in question):
-        return Choice(instructions=instructions, criteria=list(question))
+        return Choice(instructions=instructions, criteria=dict.fromkeys(question))
     raise InvalidRequestError(
         f"a router question must be a Choice or an {{option: description}} mapping; "
         f"got {type(question).__name__}",
