@@ -62,13 +62,18 @@ def as_choice(question: Any, *, instructions: str = "Which route fits the input 
 
 
 def decision_record(result: DecisionResult, qid: str | None = None) -> dict[str, Any]:
-    """A JSON-friendly summary for callbacks, metadata and tools."""
+    """A JSON-friendly summary for callbacks, metadata and tools.
+
+    With ``qid`` the summary is about that one question only (cheaper: routers call it
+    on every decision).
+    """
     record: dict[str, Any] = {
-        "answers": {q: a.model_dump(mode="json") for q, a in result.answers.items()},
         "source": result.x_source,
         "model_version": result.x_model_version,
     }
-    if qid is not None:
+    if qid is None:
+        record["answers"] = {q: a.model_dump(mode="json") for q, a in result.answers.items()}
+    else:
         answer = result.answers[qid]
         record["question_id"] = qid
         record["choice"] = getattr(answer, "choice", None)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
-from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import ConfigDict, Field
 
 from clef_agents._shared import StateFrom, decision_record, default_engine, extract_state
+from clef_agents.langchain._events import aemit, emit
 from engine.schema.answers import DecisionResult
 from engine.schema.questions import readable
 from engine.schema.render import render_value
@@ -86,12 +87,12 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
 
     def _decide(self, value: Any, config: RunnableConfig) -> DecisionResult:
         result: DecisionResult = self.engine.decide(self._item(value))
-        dispatch_custom_event(EVENT, decision_record(result), config=config)
+        emit(EVENT, lambda: decision_record(result), config)
         return result
 
     async def _adecide(self, value: Any, config: RunnableConfig) -> DecisionResult:
         result: DecisionResult = await self.engine.adecide(self._item(value))
-        await adispatch_custom_event(EVENT, decision_record(result), config=config)
+        await aemit(EVENT, lambda: decision_record(result), config)
         return result
 
     def invoke(
@@ -110,7 +111,7 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
         for i, result in zip(good, results, strict=True):
             slots[i] = result
             if isinstance(result, DecisionResult):
-                dispatch_custom_event(EVENT, decision_record(result), config=config[i])
+                emit(EVENT, partial(decision_record, result), config[i])
         return slots
 
     async def _adecide_batch(self, inputs: list[Any], config: list[RunnableConfig]) -> list[Any]:
@@ -119,7 +120,7 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
         for i, result in zip(good, results, strict=True):
             slots[i] = result
             if isinstance(result, DecisionResult):
-                await adispatch_custom_event(EVENT, decision_record(result), config=config[i])
+                await aemit(EVENT, partial(decision_record, result), config[i])
         return slots
 
     def batch(

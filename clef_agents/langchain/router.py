@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
+from functools import partial
 from typing import Any, TypedDict
 
-from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import ensure_config
@@ -18,6 +18,7 @@ from clef_agents._shared import (
     default_engine,
     extract_state,
 )
+from clef_agents.langchain._events import aemit, emit
 from engine.errors import InvalidRequestError
 from engine.schema.answers import ChoiceAnswer, DecisionResult
 from engine.schema.questions import Choice
@@ -167,14 +168,14 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         decision = self._decide(value)
         name, route = self.choose_route(decision)
         record = self._record(name, decision)
-        dispatch_custom_event(EVENT, record, config=config)
+        emit(EVENT, lambda: record, config)
         return self._wrap(name, route.invoke(value, self._child_config(config, record)), decision)
 
     async def _ainvoke(self, value: Any, config: RunnableConfig) -> Any:
         decision = await self._adecide(value)
         name, route = self.choose_route(decision)
         record = self._record(name, decision)
-        await adispatch_custom_event(EVENT, record, config=config)
+        await aemit(EVENT, lambda: record, config)
         output = await route.ainvoke(value, self._child_config(config, record))
         return self._wrap(name, output, decision)
 
@@ -238,7 +239,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
                 [inputs[i] for i in idx], [child[i] for i in idx], return_exceptions=True
             )
             for i, out in zip(idx, outputs, strict=True):
-                dispatch_custom_event(EVENT, records[str(i)], config=config[i])
+                emit(EVENT, partial(records.__getitem__, str(i)), config[i])
                 slots[i] = (
                     out if isinstance(out, BaseException) else self._wrap(name, out, decisions[i])
                 )
@@ -259,7 +260,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
                 [inputs[i] for i in idx], [child[i] for i in idx], return_exceptions=True
             )
             for i, out in zip(idx, outputs, strict=True):
-                await adispatch_custom_event(EVENT, records[str(i)], config=config[i])
+                await aemit(EVENT, partial(records.__getitem__, str(i)), config[i])
                 slots[i] = (
                     out if isinstance(out, BaseException) else self._wrap(name, out, decisions[i])
                 )
@@ -304,7 +305,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         decision = self._decide(value)
         name, route = self.choose_route(decision)
         record = self._record(name, decision)
-        dispatch_custom_event(EVENT, record, config=config)
+        emit(EVENT, lambda: record, config)
         yield from route.stream(value, self._child_config(config, record))
 
     async def _atransform(
@@ -315,7 +316,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         decision = await self._adecide(value)
         name, route = self.choose_route(decision)
         record = self._record(name, decision)
-        await adispatch_custom_event(EVENT, record, config=config)
+        await aemit(EVENT, lambda: record, config)
         async for chunk in route.astream(value, self._child_config(config, record)):
             yield chunk
 
