@@ -7,9 +7,23 @@ is all most users need. Framework layers live in submodules (``clef_agents.langc
 
 from __future__ import annotations
 
-from engine import *  # noqa: F403 - the engine's public API is ours
+from typing import TYPE_CHECKING, Any
+
+import engine as _engine
 from engine import __all__ as _engine_all
 from engine import __version__
 
+if TYPE_CHECKING:
+    from engine import *  # noqa: F403 - the engine's public API is ours
+
 __all__ = [*_engine_all]
 _ = __version__
+
+
+def __getattr__(name: str) -> Any:
+    # Forwarded lazily: DecisionEngine and friends import torch only when first used.
+    if name in _engine_all:
+        value = getattr(_engine, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'clef_agents' has no attribute {name!r}")

@@ -5,9 +5,9 @@ Imports no agent framework. See ``clef_agents`` for the LangChain/LlamaIndex lay
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from engine._version import __version__
-from engine.backbones import Backbone, EncoderBackbone, load_backbone, register_backbone
-from engine.calibration import Calibrator
 from engine.errors import (
     ClefError,
     DeviceUnavailableError,
@@ -17,7 +17,6 @@ from engine.errors import (
     StateTooLargeError,
     UnsupportedQuestionError,
 )
-from engine.runtime.engine import DecisionEngine
 from engine.schema import (
     Answer,
     Box,
@@ -33,6 +32,34 @@ from engine.schema import (
     ScoreAnswer,
     Usage,
 )
+
+if TYPE_CHECKING:
+    from engine.backbones import Backbone, EncoderBackbone, load_backbone, register_backbone
+    from engine.calibration import Calibrator
+    from engine.runtime.engine import DecisionEngine
+
+# Names whose modules import torch load on first use, so that the schema, the errors and
+# torch-free layers (``clef_agents.fake``, rule fallbacks) import without torch.
+_LAZY = {
+    "Backbone": "engine.backbones",
+    "EncoderBackbone": "engine.backbones",
+    "load_backbone": "engine.backbones",
+    "register_backbone": "engine.backbones",
+    "Calibrator": "engine.calibration",
+    "DecisionEngine": "engine.runtime.engine",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Answer",

@@ -1,0 +1,203 @@
+"""LlamaIndex selectors that pick tools by calibrated probability instead of an LLM call."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.base.base_selector import BaseSelector, MultiSelection, SingleSelection
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
+from llama_index.core.schema import QueryBundle
+from llama_index.core.tools.types import ToolMetadata
+
+from clef_agents._shared import default_engine
+from engine.errors import ClefError
+from engine.schema.answers import ChoiceAnswer, DecisionResult
+from engine.schema.questions import Choice
+
+
+class LowConfidenceError(ClefError):
+    """No choice reached the selector's threshold and no default index is configured.
+
+    Attributes:
+        probabilities: Each choice's calibrated probability, in the choices' order.
+        threshold: The threshold that was not met.
+    """
+
+    error_type = "low_confidence"
+
+    def __init__(self, probabilities: list[float], threshold: float) -> None:
+        self.probabilities = probabilities
+        self.threshold = threshold
+        best = max(probabilities) if probabilities else 0.0
+        super().__init__(
+            f"no choice reached min_confidence={threshold} (best: {best:.3f}); "
+            "pass default_index= to fall back to a fixed choice"
+        )
+
+
+class ClefSelection(SingleSelection):
+    """A selection with its calibrated probability as a number."""
+
+    probability: float
+
+
+class ClefSelectorResult(MultiSelection):
+    """LlamaIndex's ``SelectorResult`` plus every choice's probability and the decision."""
+
+    probabilities: list[float]
+    """Calibrated probability of each choice, in the choices' order."""
+    below_threshold: bool = False
+    """True when the default index was selected because no choice was confident enough."""
+    source: str = "model"
+    model_version: str | None = None
+
+
+def _names(choices: Sequence[ToolMetadata]) -> list[str]:
+    names: list[str] = []
+    for i, choice in enumerate(choices):
+        base = (choice.name or f"choice_{i}").strip() or f"choice_{i}"
+        name = base
+        while name in names:
+            name = f"{base}_{i}"
+        names.append(name)
+    return names
+
+
+class _ClefSelectorBase(BaseSelector):
+    def __init__(
+        self,
+        engine: Any = None,
+        *,
+        instructions: str = "Which tool is best for answering the query?",
+        min_confidence: float = 0.0,
+        default_index: int | None = None,
+    ) -> None:
+        self._engine = engine
+        self.instructions = instructions
+        self.min_confidence = float(min_confidence)
+        self.default_index = default_index
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            self._engine = default_engine()
+        return self._engine
+
+    # The prompt-mixin surface: a selector without an LLM has no prompts to expose.
+    def _get_prompts(self) -> PromptDictType:
+        return {}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        return None
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
+
+    def _question(self, choices: Sequence[ToolMetadata]) -> tuple[list[str], dict[str, Any]]:
+        names = _names(choices)
+        criteria = {n: (c.description or None) for n, c in zip(names, choices, strict=True)}
+        return names, {"route": Choice(instructions=self.instructions, criteria=criteria)}
+
+    def _probabilities(self, names: list[str], result: DecisionResult) -> list[float]:
+        answer = result.answers["route"]
+        assert isinstance(answer, ChoiceAnswer)
+        return [float(answer.probabilities[n]) for n in names]
+
+    def _picked(self, probabilities: list[float]) -> list[int]:  # pragma: no cover
+        raise NotImplementedError
+
+    def _result(self, names: list[str], result: DecisionResult) -> ClefSelectorResult:
+        probabilities = self._probabilities(names, result)
+        picked = self._picked(probabilities)
+        below = not picked
+        if below:
+            if self.default_index is None:
+                raise LowConfidenceError(probabilities, self.min_confidence)
+            picked = [self.default_index]
+        summary = json.dumps({n: round(p, 4) for n, p in zip(names, probabilities, strict=True)})
+        selections: list[SingleSelection] = [
+            ClefSelection(
+                index=i,
+                probability=probabilities[i],
+                reason=(
+                    f"{'below threshold; default ' if below else ''}choice {names[i]!r} "
+                    f"p={probabilities[i]:.3f} (calibrated probabilities: {summary})"
+                ),
+            )
+            for i in picked
+        ]
+        return ClefSelectorResult(
+            selections=selections,
+            probabilities=probabilities,
+            below_threshold=below,
+            source=result.x_source,
+            model_version=result.x_model_version,
+        )
+
+    def _select(self, choices: Sequence[ToolMetadata], query: QueryBundle) -> ClefSelectorResult:
+        names, questions = self._question(choices)
+        return self._result(names, self.engine.decide(query.query_str, questions))
+
+    async def _aselect(
+        self, choices: Sequence[ToolMetadata], query: QueryBundle
+    ) -> ClefSelectorResult:
+        names, questions = self._question(choices)
+        return self._result(names, await self.engine.adecide(query.query_str, questions))
+
+
+class ClefSelector(_ClefSelectorBase):
+    """Pick the one tool with the highest calibrated probability.
+
+    Each ``ToolMetadata`` becomes an option (its name, and its description as the
+    option's criterion). The selection's ``reason`` carries the probabilities; the result
+    (:class:`ClefSelectorResult`) exposes them as numbers. Below ``min_confidence`` the
+    ``default_index`` choice is selected, or :class:`LowConfidenceError` is raised.
+
+    Args:
+        engine: ``DecisionEngine``, ``FakeEngine`` or ``ResilientEngine``.
+        instructions: The question asked about the query.
+        min_confidence: Least calibrated probability of the best choice.
+        default_index: Choice to select below the threshold (else raise).
+
+    Example:
+        >>> from clef_agents.fake import FakeEngine
+        >>> s = ClefSelector(engine=FakeEngine(), min_confidence=0.99, default_index=0)
+        >>> s.select(["refunds and invoices", "crashes and bugs"], "crash").below_threshold
+        True
+    """
+
+    def _picked(self, probabilities: list[float]) -> list[int]:
+        best = max(range(len(probabilities)), key=lambda i: probabilities[i])
+        return [best] if probabilities[best] >= self.min_confidence else []
+
+
+class ClefMultiSelector(_ClefSelectorBase):
+    """Pick every tool whose calibrated probability is at least ``threshold``.
+
+    Selections come most probable first, at most ``max_outputs`` of them; with none over
+    the threshold, ``default_index`` is selected or :class:`LowConfidenceError` raised.
+
+    Example:
+        >>> from clef_agents.fake import FakeEngine
+        >>> s = ClefMultiSelector(engine=FakeEngine(), threshold=0.2, max_outputs=2)
+        >>> len(s.select(["refund invoice", "crash bug", "pricing"], "refund crash").inds)
+        2
+    """
+
+    def __init__(
+        self,
+        engine: Any = None,
+        *,
+        threshold: float = 0.3,
+        max_outputs: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(engine, min_confidence=threshold, **kwargs)
+        self.max_outputs = max_outputs
+
+    def _picked(self, probabilities: list[float]) -> list[int]:
+        order = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])
+        picked = [i for i in order if probabilities[i] >= self.min_confidence]
+        return picked[: self.max_outputs] if self.max_outputs else picked

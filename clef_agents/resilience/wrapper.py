@@ -1,0 +1,647 @@
+"""ResilientEngine: retries, time budgets, a confidence gate and rule fallbacks.
+
+:class:`ResilientEngine` wraps a :class:`~engine.DecisionEngine` (or a
+:class:`~clef_agents.fake.FakeEngine`, or anything with the same ``decide`` surface) and
+keeps that surface, so every adapter (``ClefDecision``, ``ClefRouter``, ``ClefSelector``)
+takes it in place of the engine. It adds:
+
+- retries with tenacity's exponential backoff and jitter, for transient errors only
+  (timeouts, CUDA out-of-memory, connection errors); a batch retries only its failed
+  items; out-of-memory first halves the batch, then moves the engine to the CPU;
+- a :class:`RuleFallback` that answers when the engine still fails, when it answers
+  below ``min_confidence``, when a call exceeds ``timeout_s``, when it returns
+  non-finite probabilities, or when the engine cannot load at all;
+- tags on every result: ``x_source`` (``model``, ``rules``, ``default``), the model
+  version, and ``x_fallback_reason``; and :class:`Counters` that users can read and log.
+
+Bad input is never "fallen back": :class:`~engine.errors.InvalidRequestError` and
+:class:`~engine.errors.UnsupportedQuestionError` reach the caller (or the item's slot).
+
+Example:
+    >>> from clef_agents.fake import FakeEngine
+    >>> from clef_agents.resilience import Rule, RuleFallback
+    >>> rules = RuleFallback([Rule.keywords(["refund", "invoice"], "billing", 0.9)],
+    ...                      default="human")
+    >>> safe = ResilientEngine(FakeEngine(), fallback=rules, min_confidence=0.99)
+    >>> result = safe.decide("refund please", {"route": {"type": "choice",
+    ...     "instructions": "Route", "criteria": ["billing", "human"]}})
+    >>> result.x_source, result["route"].choice, safe.counters.fallbacks["low_confidence"]
+    ('rules', 'billing', 1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+    wait_random,
+)
+
+from clef_agents.resilience.rules import RuleFallback
+from engine.errors import ClefError, InvalidRequestError, ModelLoadError, UnsupportedQuestionError
+from engine.schema.answers import (
+    BoxAnswer,
+    ChoiceAnswer,
+    DecisionResult,
+    NoulAnswer,
+    ScoreAnswer,
+)
+from engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
+
+REASONS = ("error", "timeout", "low_confidence", "invalid_output", "unavailable")
+"""Why a fallback answered; the keys of :attr:`Counters.fallbacks`."""
+
+
+# -- errors --------------------------------------------------------------------------
+
+
+class CallTimeout(TimeoutError):
+    """A call to the engine took longer than the wrapper's ``timeout_s``."""
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA/MPS out-of-memory, recognised by type name or message (torch not imported)."""
+    if type(exc).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth retrying: timeouts, out-of-memory, dropped connections."""
+    if isinstance(exc, (InvalidRequestError, UnsupportedQuestionError)):
+        return False
+    return isinstance(exc, (TimeoutError, ConnectionError)) or is_out_of_memory(exc)
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    return isinstance(exc, (InvalidRequestError, UnsupportedQuestionError))
+
+
+def _valid(result: DecisionResult) -> bool:
+    for answer in result.answers.values():
+        values: list[float] = []
+        if isinstance(answer, (ChoiceAnswer, ScoreAnswer)):
+            values = list(answer.probabilities.values())
+        elif isinstance(answer, NoulAnswer):
+            values = [answer.noul]
+        if not all(math.isfinite(v) and -1e-6 <= v <= 1.0 + 1e-6 for v in values):
+            return False
+    return True
+
+
+# -- counters ------------------------------------------------------------------------
+
+
+@dataclass
+class Counters:
+    """What the wrapper did; read them, log them, export them.
+
+    ``calls`` counts method calls, ``items`` the requests in them; ``model`` the answers
+    the model gave; ``fallbacks`` the answers rules gave, by reason (:data:`REASONS`).
+    """
+
+    calls: int = 0
+    items: int = 0
+    model: int = 0
+    retries: int = 0
+    oom_splits: int = 0
+    cpu_moves: int = 0
+    errors: int = 0
+    """Items returned as errors (bad input, or failures with no fallback configured)."""
+    fallbacks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def fallback(self, reason: str) -> None:
+        with self._lock:
+            self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain snapshot, e.g. for ``logger.info("%s", counters.as_dict())``."""
+        with self._lock:
+            return {
+                "calls": self.calls,
+                "items": self.items,
+                "model": self.model,
+                "retries": self.retries,
+                "oom_splits": self.oom_splits,
+                "cpu_moves": self.cpu_moves,
+                "errors": self.errors,
+                "fallbacks": dict(self.fallbacks),
+            }
+
+
+# -- the wrapper ---------------------------------------------------------------------
+
+
+def move_to_cpu(engine: Any) -> Any:
+    """Default CPU move after out-of-memory: ``engine.to("cpu")`` where the engine has it,
+    otherwise the encoder backbone's model is moved and the engine's tensor caches dropped."""
+    if hasattr(engine, "to"):
+        return engine.to("cpu") or engine
+    backbone: Any = getattr(engine, "backbone", None)
+    model = getattr(backbone, "model", None)
+    if backbone is None or model is None:
+        raise RuntimeError("the engine cannot be moved to the CPU (no .to() and no backbone)")
+    import torch
+
+    backbone.model = model.to("cpu", dtype=torch.float32)
+    backbone.device = torch.device("cpu")
+    backbone.dtype = torch.float32
+    for cache in ("_vectors", "_prepared"):
+        if hasattr(engine, cache):
+            getattr(engine, cache).clear()
+    return engine
+
+
+class _Pending(Exception):
+    """Raised inside a retry attempt while some batch items still failed transiently."""
+
+
+class ResilientEngine:
+    """An engine with retries, timeouts, a confidence gate and rule fallbacks.
+
+    Args:
+        engine: An engine, or a zero-argument factory that builds one (called on first
+            use; when it raises ``ImportError``/``OSError``/``ModelLoadError`` every
+            answer comes from ``fallback`` with reason ``unavailable``).
+        fallback: The rules that answer when the model does not; ``None`` re-raises.
+        min_confidence: Calibrated probability of the given answer below which the
+            fallback answers that question (a float, or one per question id).
+        timeout_s: Time budget of one call, retries included.
+        max_attempts: Attempts per item for transient errors.
+        backoff_s: First backoff; doubles per attempt with jitter, up to ``max_backoff_s``.
+        transient: Which exceptions are retried (default :func:`is_transient`).
+        to_cpu: Moves the engine to the CPU after out-of-memory at batch size 1.
+
+    Example:
+        >>> from clef_agents.fake import FakeEngine
+        >>> safe = ResilientEngine(lambda: FakeEngine(), timeout_s=5.0)
+        >>> safe.decide("hi", {"q": {"type": "noul", "instructions": "greeting?"}}).x_source
+        'model'
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        fallback: RuleFallback | None = None,
+        min_confidence: float | Mapping[str, float] | None = None,
+        timeout_s: float | None = None,
+        max_attempts: int = 3,
+        backoff_s: float = 0.05,
+        max_backoff_s: float = 2.0,
+        transient: Callable[[BaseException], bool] = is_transient,
+        to_cpu: Callable[[Any], Any] = move_to_cpu,
+    ) -> None:
+        if max_attempts < 1:
+            raise InvalidRequestError("max_attempts must be at least 1", field="max_attempts")
+        self._engine: Any = engine if hasattr(engine, "decide") else None
+        self._factory: Callable[[], Any] | None = None if self._engine else engine
+        self._load_error: BaseException | None = None
+        self.fallback = fallback
+        self.min_confidence = min_confidence
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.transient = transient
+        self.to_cpu = to_cpu
+        self.counters = Counters()
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    # -- engine access -----------------------------------------------------------------
+
+    @property
+    def engine(self) -> Any:
+        """The wrapped engine (loaded on first use), or ``None`` when it cannot load."""
+        if self._engine is None and self._factory is not None and self._load_error is None:
+            with self._lock:
+                if self._engine is None and self._load_error is None:
+                    try:
+                        self._engine = self._factory()
+                    except (ImportError, OSError, ModelLoadError, RuntimeError) as exc:
+                        self._load_error = exc
+        return self._engine
+
+    @property
+    def load_error(self) -> BaseException | None:
+        """Why the engine could not load, if it could not."""
+        return self._load_error
+
+    @property
+    def model_version(self) -> str | None:
+        engine = self.engine
+        return None if engine is None else getattr(engine, "model_version", None)
+
+    @property
+    def model_name(self) -> str:
+        return getattr(self.engine, "model_name", DEFAULT_MODEL)
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (device, head, save_pretrained...) is the wrapped engine's.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _request(self, state: Any, questions: Any, assets: Any = None) -> DecisionRequest:
+        if questions is None:
+            return DecisionRequest.parse(state)
+        payload: dict[str, Any] = {"state": state, "questions": questions_from(questions)}
+        if assets:
+            payload["assets"] = assets
+        return DecisionRequest.parse(payload)
+
+    def _threshold(self, qid: str) -> float | None:
+        if isinstance(self.min_confidence, Mapping):
+            return self.min_confidence.get(qid)
+        return self.min_confidence
+
+    def _stop(self) -> Any:
+        stop: Any = stop_after_attempt(self.max_attempts)
+        if self.timeout_s is not None:
+            stop = stop | stop_after_delay(self.timeout_s)
+        return stop
+
+    def _retry_kwargs(self, retry_on: Callable[[BaseException], bool]) -> Any:
+        def count(_: RetryCallState) -> None:
+            self.counters.add("retries")
+
+        return {
+            "stop": self._stop(),
+            "wait": wait_exponential(multiplier=self.backoff_s, max=self.max_backoff_s)
+            + wait_random(0, self.backoff_s),
+            "retry": retry_if_exception(retry_on),
+            "reraise": True,
+            "before_sleep": count,
+        }
+
+    def _remaining(self, started: float) -> float | None:
+        if self.timeout_s is None:
+            return None
+        left = self.timeout_s - (time.perf_counter() - started)
+        if left <= 0:
+            raise CallTimeout(f"the call exceeded its budget of {self.timeout_s} s")
+        return left
+
+    def _call(self, fn: Callable[[], Any], started: float) -> Any:
+        """Run ``fn``; under a budget it runs in a worker thread so a hang cannot block us."""
+        remaining = self._remaining(started)
+        if remaining is None:
+            return fn()
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = concurrent.futures.ThreadPoolExecutor(
+                        4, thread_name_prefix="clef-resilient"
+                    )
+        future = self._pool.submit(fn)
+        try:
+            return future.result(timeout=remaining)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise CallTimeout(f"the call exceeded its budget of {self.timeout_s} s") from None
+
+    async def _acall(self, make: Callable[[], Any], started: float) -> Any:
+        remaining = self._remaining(started)
+        if remaining is None:
+            return await make()
+        try:
+            return await asyncio.wait_for(make(), remaining)
+        except asyncio.TimeoutError:
+            raise CallTimeout(f"the call exceeded its budget of {self.timeout_s} s") from None
+
+    def _oom_to_cpu(self) -> bool:
+        """Move to the CPU once; False when that is impossible or already done."""
+        engine = self._engine
+        device = getattr(engine, "device", None)
+        if device is not None and str(device).startswith("cpu"):
+            return False
+        try:
+            moved = self.to_cpu(engine)
+        except Exception:
+            return False
+        self._engine = moved if moved is not None else engine
+        self.counters.add("cpu_moves")
+        return True
+
+    def _fail(self, request: DecisionRequest | None, exc: BaseException) -> Any:
+        """The item's final answer after ``exc``: a fallback, or the error itself."""
+        if _is_user_error(exc) or request is None or self.fallback is None:
+            self.counters.add("errors")
+            return exc
+        if self._load_error is not None and self._engine is None:
+            reason = "unavailable"
+        elif isinstance(exc, TimeoutError):
+            reason = "timeout"
+        else:
+            reason = "error"
+        self.counters.fallback(reason)
+        return self._with_cause(
+            self.fallback.answer(request, reason=reason, model_version=self.model_version), exc
+        )
+
+    @staticmethod
+    def _with_cause(result: DecisionResult, exc: BaseException) -> DecisionResult:
+        result.x_fallback_error = f"{type(exc).__name__}: {exc}"  # type: ignore[attr-defined]
+        return result
+
+    def _finish(self, request: DecisionRequest | None, outcome: Any) -> Any:
+        """Check a model result (validity, confidence) or turn an error into a fallback."""
+        if isinstance(outcome, BaseException):
+            return self._fail(request, outcome)
+        result: DecisionResult = outcome
+        if request is None:
+            return result
+        if not _valid(result):
+            if self.fallback is None:
+                self.counters.add("errors")
+                return ValueError("the engine returned non-finite or out-of-range probabilities")
+            self.counters.fallback("invalid_output")
+            return self.fallback.answer(
+                request, reason="invalid_output", model_version=result.x_model_version
+            )
+        if self.fallback is not None and self.min_confidence is not None:
+            low = [
+                qid
+                for qid, answer in result.answers.items()
+                if not isinstance(answer, BoxAnswer)
+                and (t := self._threshold(qid)) is not None
+                and answer.top_probability() < t
+            ]
+            if low:
+                self.counters.fallback("low_confidence")
+                keep = {q: a for q, a in result.answers.items() if q not in low}
+                fallback = self.fallback.answer(
+                    request,
+                    reason="low_confidence",
+                    model_version=result.x_model_version,
+                    keep=keep,
+                )
+                fallback.x_model_probabilities = {  # type: ignore[attr-defined]
+                    q: result.answers[q].top_probability() for q in low
+                }
+                return fallback
+        self.counters.add("model")
+        return result
+
+    # -- single --------------------------------------------------------------------------
+
+    def decide(
+        self, state: Any, questions: Any = None, *, assets: Mapping[str, Any] | None = None
+    ) -> DecisionResult:
+        """:meth:`DecisionEngine.decide` with retries, timeout, confidence gate, fallback."""
+        self.counters.add("calls")
+        self.counters.add("items")
+        request = self._request(state, questions, assets)
+        engine = self.engine
+        outcome: Any
+        if engine is None:
+            outcome = self._load_error or ModelLoadError("the engine is not available")
+        else:
+            started = time.perf_counter()
+            try:
+                for attempt in Retrying(**self._retry_kwargs(self._retry_single)):
+                    with attempt:
+                        outcome = self._call(lambda: self._engine.decide(request), started)
+            except Exception as exc:
+                outcome = exc
+        final = self._finish(request, outcome)
+        if isinstance(final, BaseException):
+            raise final
+        return final
+
+    def _retry_single(self, exc: BaseException) -> bool:
+        if not self.transient(exc) or isinstance(exc, CallTimeout):
+            return False
+        if is_out_of_memory(exc):
+            return self._oom_to_cpu()
+        return True
+
+    async def adecide(
+        self, state: Any, questions: Any = None, *, assets: Mapping[str, Any] | None = None
+    ) -> DecisionResult:
+        """Async :meth:`decide`; never blocks the event loop (the engine's async form runs)."""
+        self.counters.add("calls")
+        self.counters.add("items")
+        request = self._request(state, questions, assets)
+        engine = self.engine
+        outcome: Any
+        if engine is None:
+            outcome = self._load_error or ModelLoadError("the engine is not available")
+        else:
+            started = time.perf_counter()
+            try:
+                async for attempt in AsyncRetrying(**self._retry_kwargs(self._retry_single)):
+                    with attempt:
+                        outcome = await self._acall(lambda: self._engine.adecide(request), started)
+            except Exception as exc:
+                outcome = exc
+        final = self._finish(request, outcome)
+        if isinstance(final, BaseException):
+            raise final
+        return final
+
+    # -- batch ---------------------------------------------------------------------------
+
+    def _parse_all(
+        self, states: Sequence[Any], questions: Any
+    ) -> tuple[list[DecisionRequest | None], list[Any]]:
+        requests: list[DecisionRequest | None] = []
+        slots: list[Any] = []
+        parsed_questions = None
+        for item in states:
+            try:
+                if questions is not None and parsed_questions is None:
+                    parsed_questions = questions_from(questions)
+                requests.append(self._request(item, parsed_questions))
+                slots.append(None)
+            except ClefError as exc:
+                requests.append(None)
+                slots.append(exc)
+        return requests, slots
+
+    def _batch_call(self, requests: list[DecisionRequest], started: float) -> list[Any]:
+        """One engine batch; out-of-memory items are re-run in halves, then on the CPU."""
+        try:
+            out = list(
+                self._call(
+                    lambda: self._engine.decide_batch(requests, return_exceptions=True), started
+                )
+            )
+        except Exception as exc:
+            out = [exc] * len(requests)
+        oom = [k for k, r in enumerate(out) if isinstance(r, BaseException) and is_out_of_memory(r)]
+        if not oom:
+            return out
+        sub = [requests[k] for k in oom]
+        if len(sub) > 1:
+            self.counters.add("oom_splits")
+            mid = len(sub) // 2
+            redo = self._batch_call(sub[:mid], started) + self._batch_call(sub[mid:], started)
+        elif self._oom_to_cpu():
+            redo = self._batch_call(sub, started)
+        else:
+            redo = [out[oom[0]]]
+        for k, r in zip(oom, redo, strict=True):
+            out[k] = r
+        return out
+
+    def decide_batch(
+        self, states: Sequence[Any], questions: Any = None, *, return_exceptions: bool = False
+    ) -> list[Any]:
+        """:meth:`DecisionEngine.decide_batch` with retries of the failed items only.
+
+        Every item gets a result (model, rules or default) or, for bad input, its own
+        error, in order. Without ``return_exceptions`` the first such error is raised.
+        """
+        self.counters.add("calls")
+        self.counters.add("items", len(states))
+        requests, slots = self._parse_all(states, questions)
+        pending = [i for i, r in enumerate(requests) if r is not None]
+        if pending and self.engine is None:
+            err = self._load_error or ModelLoadError("the engine is not available")
+            for i in pending:
+                slots[i] = err
+            pending = []
+        started = time.perf_counter()
+
+        def attempt_once() -> None:
+            nonlocal pending
+            if not pending:
+                return
+            try:
+                out = self._batch_call([requests[i] for i in pending], started)  # type: ignore[misc]
+            except CallTimeout as exc:
+                out = [exc] * len(pending)
+            retry_next = []
+            for i, r in zip(pending, out, strict=True):
+                slots[i] = r
+                if (
+                    isinstance(r, BaseException)
+                    and self.transient(r)
+                    and not isinstance(r, CallTimeout)
+                ):
+                    retry_next.append(i)
+            pending = retry_next
+            if pending:
+                raise _Pending(len(pending))
+
+        try:
+            for attempt in Retrying(**self._retry_kwargs(_is_pending)):
+                with attempt:
+                    attempt_once()
+        except _Pending:
+            pass
+        return self._settle(requests, slots, return_exceptions)
+
+    def _settle(
+        self, requests: list[DecisionRequest | None], slots: list[Any], return_exceptions: bool
+    ) -> list[Any]:
+        final = [self._finish(req, slot) for req, slot in zip(requests, slots, strict=True)]
+        if not return_exceptions:
+            for item in final:
+                if isinstance(item, BaseException):
+                    raise item
+        return final
+
+    async def adecide_batch(
+        self, states: Sequence[Any], questions: Any = None, *, return_exceptions: bool = False
+    ) -> list[Any]:
+        """Async :meth:`decide_batch`; the engine's async batch runs, retries are awaited."""
+        self.counters.add("calls")
+        self.counters.add("items", len(states))
+        requests, slots = self._parse_all(states, questions)
+        pending = [i for i, r in enumerate(requests) if r is not None]
+        if pending and self.engine is None:
+            err = self._load_error or ModelLoadError("the engine is not available")
+            for i in pending:
+                slots[i] = err
+            pending = []
+        started = time.perf_counter()
+
+        async def batch(reqs: list[DecisionRequest]) -> list[Any]:
+            try:
+                out = list(
+                    await self._acall(
+                        lambda: self._engine.adecide_batch(reqs, return_exceptions=True), started
+                    )
+                )
+            except Exception as exc:
+                out = [exc] * len(reqs)
+            oom = [
+                k for k, r in enumerate(out) if isinstance(r, BaseException) and is_out_of_memory(r)
+            ]
+            if not oom:
+                return out
+            sub = [reqs[k] for k in oom]
+            if len(sub) > 1:
+                self.counters.add("oom_splits")
+                mid = len(sub) // 2
+                redo = await batch(sub[:mid]) + await batch(sub[mid:])
+            elif self._oom_to_cpu():
+                redo = await batch(sub)
+            else:
+                redo = [out[oom[0]]]
+            for k, r in zip(oom, redo, strict=True):
+                out[k] = r
+            return out
+
+        async def attempt_once() -> None:
+            nonlocal pending
+            if not pending:
+                return
+            out = await batch([requests[i] for i in pending])  # type: ignore[misc]
+            retry_next = []
+            for i, r in zip(pending, out, strict=True):
+                slots[i] = r
+                if (
+                    isinstance(r, BaseException)
+                    and self.transient(r)
+                    and not isinstance(r, CallTimeout)
+                ):
+                    retry_next.append(i)
+            pending = retry_next
+            if pending:
+                raise _Pending(len(pending))
+
+        try:
+            async for attempt in AsyncRetrying(**self._retry_kwargs(_is_pending)):
+                with attempt:
+                    await attempt_once()
+        except _Pending:
+            pass
+        return self._settle(requests, slots, return_exceptions)
+
+    def close(self) -> None:
+        """Stop the timeout worker threads (and the engine's, where it has ``close``)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        close = getattr(self._engine, "close", None)
+        if close is not None:
+            close()
+
+
+def _is_pending(exc: BaseException) -> bool:
+    return isinstance(exc, _Pending)

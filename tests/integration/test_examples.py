@@ -1,0 +1,73 @@
+"""Every example runs offline on the embedded model (the session ``engine``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load(name: str) -> dict[str, Any]:
+    """Import an example as a module (registered, so LangGraph can resolve its types)."""
+    module_name = f"clef_example_{name[:-3]}"
+    spec = importlib.util.spec_from_file_location(module_name, EXAMPLES / name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return vars(module)
+
+
+def test_support_triage_langgraph(engine: Any) -> None:
+    pytest.importorskip("langgraph")
+    out = load("support_triage_langgraph.py")["main"](engine)
+    teams = [o["handled_by"] for o in out]
+    assert all(len(t) == 1 for t in teams)
+    assert [t[0] for t in teams[:3]] == ["billing", "technical", "sales"]
+    assert teams[3][0] in {"billing", "technical", "sales", "human_review"}
+
+
+def test_support_triage_confidence_gate_sends_unsure_tickets_to_review(engine: Any) -> None:
+    pytest.importorskip("langgraph")
+    module = load("support_triage_langgraph.py")
+    app = module["build"](engine, min_confidence=1.01)  # nothing can pass this gate
+    assert app.invoke({"ticket": module["TICKETS"][0]})["handled_by"] == ["human_review"]
+
+
+def test_llama_index_router(engine: Any) -> None:
+    pytest.importorskip("llama_index.core")
+    module = load("llama_index_router.py")
+    out = module["main"](engine)
+    assert [o["tool"] for o in out] == list(module["DOCS"])
+    for row in out:
+        assert row["sources"] == [module["DOCS"][row["tool"]][1]]
+        assert sum(row["probabilities"].values()) == pytest.approx(1.0)
+        assert max(row["probabilities"], key=row["probabilities"].get) == row["tool"]
+
+
+def test_fallback_rules(engine: Any) -> None:
+    out = load("fallback_rules.py")["main"](engine)
+    for result in out["gated"]:
+        assert result.x_source in {"model", "rules", "default"}
+        assert result.x_model_version == engine.model_version
+        if result.x_source != "model":
+            assert result.x_fallback_reason == "low_confidence"
+            assert result.x_model_probabilities["intent"] < 0.9
+    counters = out["gated_counters"]
+    assert counters["items"] == 4
+    assert counters["model"] + sum(counters["fallbacks"].values()) == 4
+    assert [r.x_source for r in out["offline"]] == ["rules", "rules", "rules", "default"]
+    assert [r["intent"].choice for r in out["offline"]] == [
+        "cancel",
+        "complaint",
+        "question",
+        "question",
+    ]
+    assert out["offline_counters"]["fallbacks"]["unavailable"] == 4
