@@ -62,9 +62,11 @@ class PrototypeClassifier:
         folds: int = DEFAULT_FOLDS,
         seed: int = 0,
     ) -> PrototypeClassifier:
-        x = x.detach().float().cpu()
-        y = y.detach().long().cpu()
-        with torch.enable_grad():
+        # Fitting needs autograd even when called under ``torch.inference_mode`` (as
+        # ``decide`` does); clone so inference tensors become ordinary ones.
+        with torch.inference_mode(False), torch.enable_grad():
+            x = x.detach().float().cpu().clone()
+            y = y.detach().long().cpu().clone()
             weight, bias = _fit(x, y, n_classes, l2)
             temperature = 1.0
             if len(y) >= 2 * folds and folds >= 2:
