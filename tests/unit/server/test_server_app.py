@@ -238,7 +238,8 @@ async def test_multipart_request_part_and_assets(make_app: Any, h: Any) -> None:
         (
             f'--{boundary}\r\nContent-Disposition: form-data; name="request"\r\n'
             f"Content-Type: application/json\r\n\r\n{json.dumps(request)}\r\n"
-            f'--{boundary}\r\nContent-Disposition: form-data; name="asset-0"; filename="asset-0"\r\n'
+            f"--{boundary}\r\n"
+            'Content-Disposition: form-data; name="asset-0"; filename="asset-0"\r\n'
             f"Content-Type: image/png\r\n\r\n"
         ).encode()
         + png
