@@ -117,9 +117,8 @@ def deployment(
         "max_ongoing_requests": max(cfg.max_batch * 2, 8),
         "max_queued_requests": cfg.max_queue,
     }
-    return (
-        serve.deployment(ClefDeployment).options(**options).bind(model, device, int8, asdict(cfg))
-    )
+    deployed: Any = serve.deployment(ClefDeployment)
+    return deployed.options(**options).bind(model, device, int8, asdict(cfg))
 
 
 def build_app(args: dict[str, str]) -> Any:
