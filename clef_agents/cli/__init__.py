@@ -18,6 +18,8 @@ from engine.errors import ClefError
 COMMANDS = [
     "clef_agents.cli.decide",
     "clef_agents.cli.eval",
+    "clef_agents.cli.serve",
+    "clef_agents.cli.batch",
 ]
 """Modules that register a subcommand, in help order."""
 

@@ -27,12 +27,13 @@ def score_confidence(probabilities: Sequence[float]) -> float:
     """Reference confidence of a score: ``max(0, 1 - D(p) / D(uniform))``.
 
     ``D(p) = sum_i p_i * |i - mode|`` with ``mode = argmax p``; ``D(uniform)`` is the same
-    sum for the uniform distribution around that mode.
+    sum for the uniform distribution around the centre of the scale (as TypeSafe's docs
+    and the ``jevcompat`` conformance suite define it).
     """
     n = len(probabilities)
     mode = max(range(n), key=lambda i: probabilities[i])
     spread = sum(p * abs(i - mode) for i, p in enumerate(probabilities))
-    uniform = sum(abs(i - mode) / n for i in range(n))
+    uniform = sum(abs(i - (n - 1) / 2) / n for i in range(n))
     if uniform <= 0:
         return 1.0
     return max(0.0, min(1.0, 1.0 - spread / uniform))
@@ -47,6 +48,8 @@ class _Answer(BaseModel):
 
 
 class ChoiceAnswer(_Answer):
+    type: Literal["choice"] = "choice"
+    """The answer's type tag; the wire format (and the official SDK) requires it."""
     choice: str
     probabilities: dict[str, float]
     confidence: float
@@ -56,6 +59,7 @@ class ChoiceAnswer(_Answer):
 
 
 class NoulAnswer(_Answer):
+    type: Literal["noul"] = "noul"
     noul: float = Field(ge=0.0, le=1.0)
     """P(yes)."""
 
@@ -64,6 +68,7 @@ class NoulAnswer(_Answer):
 
 
 class ScoreAnswer(_Answer):
+    type: Literal["score"] = "score"
     score: float
     legend: dict[str, str]
     probabilities: dict[str, float]
@@ -81,6 +86,7 @@ class BoxCoords(BaseModel):
 
 
 class BoxAnswer(_Answer):
+    type: Literal["box"] = "box"
     box: BoxCoords | None
     confidence: float | None = None
 

@@ -1,0 +1,386 @@
+"""Load test of `clef-agents serve`: throughput and latency with and without micro-batching,
+then a 2x overload phase and recovery.
+
+The server runs as its own process on loopback; the load generator runs in another process
+(asyncio + httpx). Closed loop: 64 concurrent clients, each sending the next request when its
+answer arrives, short text states (BANKING77 test set when present) and one 10-option choice.
+Overload: open-loop arrivals at 2x the measured batched throughput; the server should shed
+with 503 + Retry-After, keep /healthz responsive, and answer normally once the load drops.
+
+    python benchmarks/server_load.py                     # 60 s phases, writes results JSON
+    python benchmarks/server_load.py --duration 10       # quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "server_load.json"
+OPTIONS = [
+    "card_arrival",
+    "card_not_working",
+    "lost_or_stolen_card",
+    "exchange_rate",
+    "top_up_failed",
+    "transfer_not_received_by_recipient",
+    "pin_blocked",
+    "refund_not_showing_up",
+    "cash_withdrawal_charge",
+    "wrong_amount_of_cash_received",
+]
+FALLBACK_STATES = [
+    "My card still hasn't arrived",
+    "Why was I charged for withdrawing cash?",
+    "The exchange rate on my transfer looks wrong",
+    "My top up did not go through",
+    "I entered my PIN wrong too many times and now it is blocked",
+    "I think my card was stolen",
+    "The refund from the shop is not in my account yet",
+    "The ATM gave me less cash than I asked for",
+]
+TARGETS = {"throughput_per_s": 250.0, "speedup": 3.0, "p99_ms": 300.0}
+
+
+def load_states() -> list[str]:
+    for parent in [ROOT, *ROOT.parents]:
+        path = parent / "shared" / "data" / "banking77" / "test.csv"
+        if path.is_file():
+            with path.open(newline="") as f:
+                return [row["text"] for row in csv.DictReader(f)][:2000]
+    return FALLBACK_STATES
+
+
+def request_body(state: str) -> bytes:
+    question = {
+        "type": "choice",
+        "instructions": "What does the customer need help with?",
+        "criteria": dict.fromkeys(OPTIONS),
+    }
+    return json.dumps(
+        {"model": "jev-latest", "state": state, "questions": {"intent": question}}
+    ).encode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(port: int, extra: list[str]) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "clef_agents", "serve", "--port", str(port), *extra]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import httpx
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "server died")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("server did not become ready")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+# -- the load generator (runs in its own process) -------------------------------------------
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def _closed_loop(
+    url: str, clients: int, duration: float, states: list[str]
+) -> dict[str, Any]:
+    import httpx
+
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    lost = 0
+    sent = 0
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        stop_at = time.perf_counter() + duration
+
+        async def worker(seed: int) -> None:
+            nonlocal lost, sent
+            rng = random.Random(seed)
+            while time.perf_counter() < stop_at:
+                body = request_body(rng.choice(states))
+                t0 = time.perf_counter()
+                sent += 1
+                try:
+                    r = await client.post(f"{url}/v1/systemone", content=body)
+                except httpx.HTTPError:
+                    lost += 1
+                    continue
+                ms = (time.perf_counter() - t0) * 1000
+                statuses[str(r.status_code)] = statuses.get(str(r.status_code), 0) + 1
+                if r.status_code == 200:
+                    latencies.append(ms)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(clients)))
+        elapsed = time.perf_counter() - started
+    ok = statuses.get("200", 0)
+    return {
+        "clients": clients,
+        "seconds": round(elapsed, 2),
+        "sent": sent,
+        "ok": ok,
+        "statuses": statuses,
+        "errors": sent - ok - lost,
+        "lost": lost,
+        "throughput_per_s": round(ok / elapsed, 1),
+        "p50_ms": _round(_pct(latencies, 0.50)),
+        "p99_ms": _round(_pct(latencies, 0.99)),
+        "max_ms": _round(max(latencies) if latencies else None),
+    }
+
+
+async def _open_loop(url: str, rate: float, duration: float, states: list[str]) -> dict[str, Any]:
+    """Arrivals at ``rate``/s regardless of answers; /healthz probed every 100 ms."""
+    import httpx
+
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    retry_after = 0
+    lost = 0
+    sent = 0
+    health_ms: list[float] = []
+    health_bad = 0
+    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
+    async with (
+        httpx.AsyncClient(limits=limits, timeout=30) as client,
+        httpx.AsyncClient(timeout=10) as probe,
+    ):
+        rng = random.Random(0)
+        tasks: list[asyncio.Task[None]] = []
+
+        async def one(body: bytes) -> None:
+            nonlocal lost, retry_after
+            t0 = time.perf_counter()
+            try:
+                r = await client.post(f"{url}/v1/systemone", content=body)
+            except httpx.HTTPError:
+                lost += 1
+                return
+            statuses[str(r.status_code)] = statuses.get(str(r.status_code), 0) + 1
+            if r.status_code == 200:
+                latencies.append((time.perf_counter() - t0) * 1000)
+            elif r.status_code == 503 and "retry-after" in r.headers:
+                retry_after += 1
+
+        async def health() -> None:
+            nonlocal health_bad
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    r = await probe.get(f"{url}/healthz")
+                    health_ms.append((time.perf_counter() - t0) * 1000)
+                    health_bad += r.status_code != 200
+                except httpx.HTTPError:
+                    health_bad += 1
+                await asyncio.sleep(0.1)
+
+        started = time.perf_counter()
+        stop_at = started + duration
+        prober = asyncio.create_task(health())
+        interval = 1.0 / rate
+        next_at = started
+        while next_at < stop_at:
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(request_body(rng.choice(states)))))
+            sent += 1
+            next_at += interval
+        await asyncio.gather(*tasks)
+        await prober
+        elapsed = time.perf_counter() - started
+    ok = statuses.get("200", 0)
+    shed = statuses.get("503", 0)
+    return {
+        "target_rate_per_s": round(rate, 1),
+        "achieved_send_rate_per_s": round(sent / duration, 1),
+        "seconds": round(elapsed, 2),
+        "sent": sent,
+        "ok": ok,
+        "shed_503": shed,
+        "shed_with_retry_after": retry_after,
+        "other_errors": sent - ok - shed - lost,
+        "lost": lost,
+        "statuses": statuses,
+        "throughput_per_s": round(ok / elapsed, 1),
+        "p50_ms": _round(_pct(latencies, 0.50)),
+        "p99_ms": _round(_pct(latencies, 0.99)),
+        "healthz_probes": len(health_ms) + health_bad,
+        "healthz_failed": health_bad,
+        "healthz_p99_ms": _round(_pct(health_ms, 0.99)),
+        "healthz_max_ms": _round(max(health_ms) if health_ms else None),
+    }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+def _generator(kind: str, args: tuple[Any, ...], out: Any) -> None:
+    fn = _closed_loop if kind == "closed" else _open_loop
+    out.put(asyncio.run(fn(*args)))
+
+
+def run_load(kind: str, *args: Any) -> dict[str, Any]:
+    """Run the generator in a separate process and return its measurements."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_generator, args=(kind, args, queue))
+    proc.start()
+    result: dict[str, Any] = queue.get()
+    proc.join()
+    return result
+
+
+def metric(url: str, name: str) -> float | None:
+    import httpx
+
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def phase(
+    name: str, extra: list[str], args: argparse.Namespace, states: list[str]
+) -> dict[str, Any]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start_server(port, extra)
+    try:
+        run_load("closed", url, args.clients, min(5.0, args.duration), states)  # warm-up
+        before = (
+            metric(url, "clef_batch_size_sum") or 0,
+            metric(url, "clef_batch_size_count") or 0,
+        )
+        result = run_load("closed", url, args.clients, args.duration, states)
+        after = (metric(url, "clef_batch_size_sum") or 0, metric(url, "clef_batch_size_count") or 0)
+        batches = after[1] - before[1]
+        result["mean_batch_size"] = round((after[0] - before[0]) / batches, 1) if batches else None
+        result["server_args"] = extra
+        print(f"{name}: {json.dumps(result)}", flush=True)
+        if name == "batched" and not args.no_overload:
+            rate = 2.0 * max(1.0, result["throughput_per_s"])
+            overload = run_load("open", url, rate, args.overload_duration, states)
+            print(f"overload: {json.dumps(overload)}", flush=True)
+            recovery = run_load("closed", url, 8, args.recovery_duration, states)
+            print(f"recovery: {json.dumps(recovery)}", flush=True)
+            result["overload"] = overload
+            result["recovery_8_clients"] = recovery
+    finally:
+        stop_server(proc)
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--duration", type=float, default=60.0, help="seconds per closed-loop phase")
+    p.add_argument("--clients", type=int, default=64)
+    p.add_argument("--overload-duration", type=float, default=20.0)
+    p.add_argument("--recovery-duration", type=float, default=10.0)
+    p.add_argument("--model", default=None, help="model dir (default: the embedded model)")
+    p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--max-wait-ms", type=float, default=2.0)
+    p.add_argument("--max-queue", type=int, default=256)
+    p.add_argument("--no-overload", action="store_true")
+    p.add_argument("--out", default=str(RESULTS))
+    args = p.parse_args()
+    states = load_states()
+    common = ["--model", args.model] if args.model else []
+    common += ["--max-queue", str(args.max_queue)]
+    batched = phase(
+        "batched",
+        [*common, "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)],
+        args,
+        states,
+    )
+    unbatched = phase("unbatched", [*common, "--max-batch", "1"], args, states)
+    speedup = batched["throughput_per_s"] / max(1e-9, unbatched["throughput_per_s"])
+    overload = batched.get("overload", {})
+    recovery = batched.get("recovery_8_clients", {})
+    checks = {
+        "throughput_per_s>=250": batched["throughput_per_s"] >= TARGETS["throughput_per_s"],
+        "speedup>=3x": speedup >= TARGETS["speedup"],
+        "p99_ms<=300": (batched["p99_ms"] or 1e9) <= TARGETS["p99_ms"],
+        "zero_errors": batched["errors"] == 0 and unbatched["errors"] == 0,
+        "zero_lost": batched["lost"] == 0 and unbatched["lost"] == 0,
+    }
+    if overload:
+        checks["overload_sheds_with_503_retry_after"] = (
+            overload["shed_503"] > 0 and overload["shed_with_retry_after"] == overload["shed_503"]
+        )
+        checks["overload_no_5xx_other_than_503"] = overload["other_errors"] == 0
+        checks["overload_zero_lost"] = overload["lost"] == 0
+        checks["healthz_responsive"] = overload["healthz_failed"] == 0
+        checks["recovers"] = recovery.get("errors") == 0 and recovery.get("lost") == 0
+    report = {
+        "benchmark": "server_load",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "workload": {
+            "clients": args.clients,
+            "duration_s": args.duration,
+            "states": f"{len(states)} short texts",
+            "question": f"one choice with {len(OPTIONS)} options",
+        },
+        "batched": batched,
+        "unbatched": unbatched,
+        "speedup": round(speedup, 2),
+        "targets": TARGETS,
+        "checks": checks,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({"speedup": report["speedup"], "checks": checks}, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""``clef-agents serve``: the Jev-compatible ``/v1/systemone`` server (uvicorn, or Ray Serve).
+
+Shutdown is graceful: the first SIGTERM/SIGINT makes new ``/v1`` requests answer 503 with
+``Retry-After`` (and ``/readyz`` 503) while in-flight requests finish; then the server
+exits. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from typing import Any
+
+from clef_agents.cli import UsageError
+from clef_agents.cli.common import add_engine_args, build_engine
+
+EPILOG = """examples:
+  clef-agents serve                                  # embedded model on 127.0.0.1:8000
+  clef-agents serve --model ./my-router --port 9000 --api-key-env CLEF_KEY
+  clef-agents serve --max-batch 1                    # micro-batching off
+  clef-agents serve --ray --replicas 2               # Ray Serve, one engine per replica
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve /v1/systemone over HTTP",
+        description="Serve the TypeSafe /v1/systemone API on a local decision engine.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks one)")
+    p.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="require 'Authorization: Bearer <key>' with the key read from env VAR",
+    )
+    p.add_argument(
+        "--max-batch", type=int, default=64, metavar="N", help="requests per forward (1: off)"
+    )
+    p.add_argument(
+        "--max-wait-ms", type=float, default=2.0, metavar="W", help="wait to fill a batch (ms)"
+    )
+    p.add_argument(
+        "--max-queue", type=int, default=256, metavar="Q", help="queued requests before 503"
+    )
+    p.add_argument(
+        "--max-body-mb", type=float, default=8.0, metavar="MB", help="request body cap (413)"
+    )
+    p.add_argument(
+        "--body-timeout", type=float, default=10.0, metavar="S", help="slow-body limit (408)"
+    )
+    p.add_argument(
+        "--alias",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="extra accepted model name (repeatable; default: jev-latest)",
+    )
+    p.add_argument("--any-model", action="store_true", help="accept any model name in requests")
+    p.add_argument(
+        "--drain-timeout", type=float, default=30.0, metavar="S", help="graceful shutdown limit"
+    )
+    p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    p.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
+    p.add_argument("--replicas", type=int, default=1, metavar="N", help="Ray Serve replicas")
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help="Ray cluster to join (default: start a local one)",
+    )
+    p.add_argument("--num-gpus", type=float, default=0.0, metavar="G", help="GPUs per Ray replica")
+    add_engine_args(p)
+    p.set_defaults(func=run)
+
+
+def server_config(args: argparse.Namespace) -> Any:
+    from clef_agents.server.config import DEFAULT_ALIASES, ServerConfig
+
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env, "").strip()
+        if not api_key:
+            raise UsageError(f"--api-key-env {args.api_key_env}: the variable is unset or empty")
+    cfg = ServerConfig(
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        body_timeout_s=args.body_timeout,
+        api_key=api_key,
+        aliases=tuple(args.alias) if args.alias else DEFAULT_ALIASES,
+        any_model=args.any_model,
+        drain_timeout_s=args.drain_timeout,
+    )
+    try:
+        return cfg.validate()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = server_config(args)
+    if args.ray:
+        from clef_agents.server.ray_serve import run_ray
+
+        return run_ray(args, cfg)
+    import clef_agents.server  # noqa: F401 - fails early with the install line
+
+    engine = build_engine(args)
+    from clef_agents.server.app import create_app
+
+    app = create_app(engine, cfg)
+    serve_app(app, args.host, args.port, cfg.drain_timeout_s, args.log_level)
+    return 0
+
+
+def serve_app(app: Any, host: str, port: int, drain_timeout_s: float, log_level: str) -> None:
+    """Run ``app`` with uvicorn; drain on the first signal, exit on the second."""
+    import uvicorn
+
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    state = app.state.clef
+
+    class DrainingServer(uvicorn.Server):
+        draining_task: asyncio.Task[None] | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if state.draining or self.should_exit:
+                self.force_exit = True
+                self.should_exit = True
+                return
+            state.begin_drain()
+            loop = asyncio.get_event_loop()
+            loop.call_soon_threadsafe(self._start_drain)
+
+        def _start_drain(self) -> None:
+            self.draining_task = asyncio.ensure_future(self._drain())
+
+        async def _drain(self) -> None:
+            await state.wait_drained(drain_timeout_s)
+            self.should_exit = True
+
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_graceful_shutdown=int(drain_timeout_s) + 1,
+        access_log=False,
+        server_header=False,
+    )
+    DrainingServer(config).run()

@@ -1,0 +1,36 @@
+"""The Jev-compatible decision server: ``/v1/systemone`` over a local engine.
+
+Needs the ``[server]`` extra (FastAPI, uvicorn, zstandard, prometheus-client)::
+
+    pip install 'clef-agents[server]'
+
+Example:
+    >>> from clef_agents.server import ServerConfig, create_app   # doctest: +SKIP
+    >>> app = create_app(DecisionEngine(), ServerConfig(max_batch=64, max_wait_ms=2))
+"""
+
+from __future__ import annotations
+
+from engine.errors import require
+
+for _module, _package in (
+    ("fastapi", "fastapi"),
+    ("uvicorn", "uvicorn"),
+    ("zstandard", "zstandard"),
+    ("prometheus_client", "prometheus-client"),
+    ("python_multipart", "python-multipart"),
+):
+    require(_module, package=_package, extra="server", feature="The decision server")
+
+from clef_agents.server.app import REQUEST_ID_HEADER, ServerState, create_app  # noqa: E402
+from clef_agents.server.batcher import MicroBatcher, Overloaded  # noqa: E402
+from clef_agents.server.config import ServerConfig  # noqa: E402
+
+__all__ = [
+    "REQUEST_ID_HEADER",
+    "MicroBatcher",
+    "Overloaded",
+    "ServerConfig",
+    "ServerState",
+    "create_app",
+]

@@ -1,0 +1,63 @@
+"""Server settings, in one place so the CLI, Ray Serve and tests agree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_ALIASES = ("jev-latest",)
+"""Model names accepted besides the served model's own (the official SDKs send ``jev-latest``)."""
+
+
+@dataclass
+class ServerConfig:
+    """How the decision server batches, admits and limits requests.
+
+    Example:
+        >>> cfg = ServerConfig(max_batch=32, max_wait_ms=2.0, api_key="s3cret")
+        >>> cfg.batching
+        True
+    """
+
+    max_batch: int = 64
+    """Most requests in one padded forward; ``1`` turns micro-batching off."""
+    max_wait_ms: float = 2.0
+    """How long an idle worker waits for more requests before running a batch."""
+    max_queue: int = 256
+    """Requests waiting for the model before new ones are shed with 503 + ``Retry-After``."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Cap on a request body, compressed and decompressed (413 above it)."""
+    body_timeout_s: float = 10.0
+    """A body that has not fully arrived after this long gets 408."""
+    max_batch_items: int = 256
+    """Most states in one ``/v1/systemone/batch`` request."""
+    api_key: str | None = None
+    """When set, ``/v1/*`` needs ``Authorization: Bearer <key>`` (401 otherwise)."""
+    aliases: tuple[str, ...] = DEFAULT_ALIASES
+    """Extra model names accepted in requests; the served model's name is always accepted."""
+    any_model: bool = False
+    """Accept any ``model`` name (answers still come from the served model)."""
+    drain_timeout_s: float = 30.0
+    """On shutdown, how long in-flight requests may take to finish."""
+    release_date: str = "2026-01-01"
+    """Reported by ``GET /v1/models``."""
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def batching(self) -> bool:
+        return self.max_batch > 1
+
+    def validate(self) -> ServerConfig:
+        """Raise :class:`ValueError` naming the first setting out of range."""
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1; got {self.max_batch}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0; got {self.max_wait_ms}")
+        if self.max_queue < 1:
+            raise ValueError(f"max_queue must be >= 1; got {self.max_queue}")
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes must be >= 1024; got {self.max_body_bytes}")
+        if self.body_timeout_s <= 0:
+            raise ValueError(f"body_timeout_s must be > 0; got {self.body_timeout_s}")
+        if self.max_batch_items < 1:
+            raise ValueError(f"max_batch_items must be >= 1; got {self.max_batch_items}")
+        return self
