@@ -188,8 +188,11 @@ def test_choice_confidence_formula():
 
 
 def test_score_confidence_formula():
-    # uniform: mode 0, D(p) = D(uniform) -> confidence 0
+    # D(uniform) is taken around the centre of the scale (jevcompat's formula check):
+    # for 3 levels (1 + 0 + 1) / 3 = 2/3. Uniform p: D(p) = 1 around mode 0 -> clipped to 0.
     assert score_confidence([1 / 3, 1 / 3, 1 / 3]) == pytest.approx(0.0, abs=1e-12)
+    # mode 0; D(p) = 0.2 + 0.1 * 2 = 0.4 -> 1 - 0.4 / (2/3) = 0.4
+    assert score_confidence([0.7, 0.2, 0.1]) == pytest.approx(0.4)
     # mode 1; D(p) = 0.25 + 0.25 = 0.5; D(uniform) = (1+0+1)/3 -> 1 - 0.75 = 0.25
     assert score_confidence([0.25, 0.5, 0.25]) == pytest.approx(0.25)
     assert score_confidence([0.0, 1.0, 0.0]) == pytest.approx(1.0)
