@@ -356,6 +356,11 @@ class DecoderBackbone:
         carry gradients to trainable parameters (a LoRA adapter) and the prior is
         recomputed (without gradients) instead of read from the cache.
         """
+        return self._raw_scores(texts, requests, strategy, grad)[0]
+
+    def _raw_scores(
+        self, texts: list[str], requests: list[DecisionRequest], strategy: str | None, grad: bool
+    ) -> tuple[list[dict[str, torch.Tensor]], list[Row]]:
         strategy = strategy or self.strategy
         if strategy not in _STRATEGIES:
             raise ValueError(f"strategy: use one of {_STRATEGIES}; got {strategy!r}")
@@ -382,7 +387,7 @@ class DecoderBackbone:
                     value = value - self.prior_weight * priors[p.key]
                 result[qid] = value
             out.append(result)
-        return out
+        return out, rows
 
     def _content_free(self, plans: list[dict[str, Any]], score: Any) -> dict[str, torch.Tensor]:
         """Each question's option scores under a content-free state (cached per question)."""
@@ -400,12 +405,12 @@ class DecoderBackbone:
         """The engine's scoring seam: calibrated probabilities for every question."""
         from engine.runtime.engine import Scored
 
-        raw = self.raw_scores(texts, requests)
+        raw, rows = self._raw_scores(texts, requests, None, False)
         calibrator = engine.calibrator
         out = []
-        for text, request, scores in zip(texts, requests, raw, strict=True):
+        for row, request, scores in zip(rows, requests, raw, strict=True):
             probabilities, prepared = {}, {}
-            tokens = min(self.max_length, len(self._head) + len(self._ids(text)))
+            tokens = len(row.prefix)
             for qid, question in request.questions.items():
                 prep = self._prepare(question)
                 n = len(prep.names)
