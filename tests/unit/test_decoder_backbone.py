@@ -127,7 +127,7 @@ def test_rotation_average_is_the_mean_of_single_listings(qwen_dir: Path) -> None
     q = Choice(instructions="Which team?", criteria=["billing", "bug", "shipping"])
     request = DecisionEngine(full, warmup=False)._as_request(STATES[0], {"q": q}, None)
     averaged = full.raw_scores([STATES[0]], [request])[0]["q"]
-    p, blocks, answers = full._plan(q)
+    _, blocks, answers = full._plan(q)
     from engine.backbones.decoder.tree import Group, Row
 
     head = full._head + full._ids(STATES[0])
@@ -174,9 +174,7 @@ def test_state_longer_than_the_window_is_cut_in_the_middle(qwen_dir: Path) -> No
     depth = len(row.prefix) + max(len(g.block) + max(map(len, g.options)) for g in row.groups)
     assert depth <= 256
     with pytest.raises(InvalidRequestError) as err:
-        many = {
-            f"q{i}": Choice(instructions="word " * 150, criteria=["a", "b"]) for i in range(2)
-        }
+        many = {f"q{i}": Choice(instructions="word " * 150, criteria=["a", "b"]) for i in range(2)}
         engine.decide("short", many)
     assert err.value.limit == 256
 
@@ -196,12 +194,12 @@ def test_encode_and_count_tokens(dec_engine: DecisionEngine) -> None:
 
 def test_not_a_causal_lm_is_refused_clearly(tmp_path: Path) -> None:
     bert = write_tiny_bert(tmp_path / "bert")
-    with pytest.raises(ModelLoadError, match="not a causal LM.*BertModel"):
+    with pytest.raises(ModelLoadError, match=r"not a causal LM.*BertModel"):
         DecisionEngine(backbone="decoder", path=bert, device="cpu")
     with pytest.raises(ModelLoadError, match="not a directory"):
         DecoderBackbone(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         DecoderBackbone(tmp_path / "empty")
     with pytest.raises(ModelLoadError, match="local causal-LM directory is required"):
         DecoderBackbone(None)
@@ -237,7 +235,8 @@ def test_adapter_save_and_load_round_trip(qwen_dir: Path, tmp_path: Path) -> Non
     engine._version = None
     tuned = engine.decide(STATES[0], QUESTIONS)
     assert tuned.answers["route"].probabilities != pytest.approx(  # type: ignore[union-attr]
-        base.answers["route"].probabilities, abs=1e-4  # type: ignore[union-attr]
+        base.answers["route"].probabilities,
+        abs=1e-4,  # type: ignore[union-attr]
     )
     assert tuned.x_model_version != base.x_model_version
     engine.save_pretrained(tmp_path / "tuned")
@@ -247,7 +246,8 @@ def test_adapter_save_and_load_round_trip(qwen_dir: Path, tmp_path: Path) -> Non
     again = loaded.decide(STATES[0], QUESTIONS)
     for qid in ("route", "intent", "urgency"):
         assert again.answers[qid].probabilities == pytest.approx(  # type: ignore[union-attr]
-            tuned.answers[qid].probabilities, abs=1e-5  # type: ignore[union-attr]
+            tuned.answers[qid].probabilities,
+            abs=1e-5,  # type: ignore[union-attr]
         )
     assert again.x_model_version == tuned.x_model_version
     with pytest.raises(ValueError, match="rank"):
