@@ -58,6 +58,15 @@ HEAD_SHARE = 0.25
 _STRATEGIES = ("shared", "naive")
 _Plan = tuple[QuestionPlan, list[list[int]], list[list[int]]]
 """A question's plan with its block and answer token ids."""
+CACHE_SIZE = 4096
+"""Distinct questions whose plans, token ids and priors are kept."""
+
+
+def _put(cache: dict[str, Any], key: str, value: Any) -> None:
+    """Insert into a bounded cache, dropping the oldest entries (insertion order)."""
+    cache[key] = value
+    while len(cache) > CACHE_SIZE:
+        del cache[next(iter(cache))]
 
 
 def _is_causal_lm(hf_config: dict[str, Any]) -> bool:
@@ -305,14 +314,16 @@ class DecoderBackbone:
             raise UnsupportedQuestionError(str(exc), field="questions") from exc
         blocks = [self._ids(BETWEEN + b + self.frame.tail) for b in p.blocks]
         answers = [self._ids(self.frame.answer_prefix + a + self.frame.end) for a in p.answers]
-        self._plans[cache_key] = (p, blocks, answers)
-        return self._plans[cache_key]
+        _put(self._plans, cache_key, (p, blocks, answers))
+        return p, blocks, answers
 
     def _prepare(self, question: _Question) -> PreparedQuestion:
         cache_key = canonical_json(question.model_dump(mode="json"))
-        if cache_key not in self._prepared:
-            self._prepared[cache_key] = prepare(question)
-        return self._prepared[cache_key]
+        prepared = self._prepared.get(cache_key)
+        if prepared is None:
+            prepared = prepare(question)
+            _put(self._prepared, cache_key, prepared)
+        return prepared
 
     def _row(self, state: str, plans: list[_Plan]) -> Row:
         groups = [Group(b, answers) for _, blocks, answers in plans for b in blocks]
@@ -392,12 +403,14 @@ class DecoderBackbone:
     def _content_free(self, plans: list[dict[str, Any]], score: Any) -> dict[str, torch.Tensor]:
         """Each question's option scores under a content-free state (cached per question)."""
         wanted = {p.key: (p, b, a) for per_q in plans for p, b, a in per_q.values()}
-        missing = [v for k, v in wanted.items() if k not in self._priors]
+        found = {k: self._priors[k] for k in wanted if k in self._priors}
+        missing = [v for k, v in wanted.items() if k not in found]
         if missing:
             rows = [self._row(CONTENT_FREE_STATE, [m]) for m in missing]
             for (p, _, _), scores in zip(missing, score(rows), strict=True):
-                self._priors[p.key] = torch.stack(scores).mean(dim=0)
-        return {k: self._priors[k] for k in wanted}
+                found[p.key] = torch.stack(scores).mean(dim=0)
+                _put(self._priors, p.key, found[p.key])
+        return found
 
     def score_requests(
         self, engine: DecisionEngine, texts: list[str], requests: list[DecisionRequest]
