@@ -48,7 +48,7 @@ def state_text(bb: DecoderBackbone, n_tokens: int) -> str:
 def build_row(bb: DecoderBackbone, state: str, n_options: int) -> Row:
     question = Choice(
         instructions="Which label fits the state best?",
-        criteria=[f"label_{i}" for i in range(n_options)],
+        criteria=dict.fromkeys(f"label_{i}" for i in range(n_options)),
     )
     return bb._row(state, [bb._plan(question)])
 
@@ -57,12 +57,6 @@ def timed(fn: Any) -> float:
     start = time.perf_counter()
     fn()
     return (time.perf_counter() - start) * 1000.0
-
-
-def flops(fn: Any) -> int:
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return int(counter.get_total_flops())
 
 
 def order_sensitivity(bb: DecoderBackbone, n_states: int = 8) -> dict[str, Any]:
@@ -75,7 +69,9 @@ def order_sensitivity(bb: DecoderBackbone, n_states: int = 8) -> dict[str, Any]:
     without position bias). The rotated average is the same for every listing by
     construction, so its spread is 0.
     """
-    question = Choice(instructions="Which team handles this?", criteria=["a1", "b2", "c3", "d4"])
+    question = Choice(
+        instructions="Which team handles this?", criteria=dict.fromkeys(["a1", "b2", "c3", "d4"])
+    )
     p = plan(question, 4)
     blocks = [bb._ids(BETWEEN + b + bb.frame.tail) for b in p.blocks]
     answers = [bb._ids(bb.frame.answer_prefix + a + bb.frame.end) for a in p.answers]
@@ -102,7 +98,7 @@ def main() -> None:
     parser.add_argument("--state-tokens", type=int, default=512)
     parser.add_argument("--options", type=int, nargs="+", default=[2, 16, 64])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--naive-repeats", type=int, default=3)
+    parser.add_argument("--naive-repeats", type=int, default=2)
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: robust on a shared machine)"
     )
@@ -132,16 +128,19 @@ def main() -> None:
         bb.scorer.score_naive([warm])
         for n in args.options:
             row = build_row(bb, state, n)
-            shared = bb.scorer.score([row])[0][0]
-            naive = bb.scorer.score_naive([row])[0][0]
+            # One counted run each gives the FLOPs and the scores compared below.
+            with FlopCounterMode(display=False) as counter:
+                shared = bb.scorer.score([row])[0][0]
+            f_shared = int(counter.get_total_flops())
+            with FlopCounterMode(display=False) as counter:
+                naive = bb.scorer.score_naive([row])[0][0]
+            f_naive = int(counter.get_total_flops())
             # Interleaved, so that load from other processes hits both alike.
             t_shared, t_naive = [], []
             for r in range(args.repeats):
                 t_shared.append(timed(lambda row=row: bb.scorer.score([row])))
                 if r < args.naive_repeats:
                     t_naive.append(timed(lambda row=row: bb.scorer.score_naive([row])))
-            f_shared = flops(lambda row=row: bb.scorer.score([row]))
-            f_naive = flops(lambda row=row: bb.scorer.score_naive([row]))
             prompt = len(row.prefix) + len(row.groups[0].block)
             answers = sum(len(o) for o in row.groups[0].options)
             entry = {

@@ -35,7 +35,11 @@ def build_model(directory: Path, quick: bool, smoke: bool, device: str) -> dict[
 
     from engine.backbones.decoder.testing import tiny_tokenizer
 
-    shape = {"hidden_size": 2048, "num_hidden_layers": 28, "intermediate_size": 6144}
+    shape: dict[str, Any] = {
+        "hidden_size": 2048,
+        "num_hidden_layers": 28,
+        "intermediate_size": 6144,
+    }
     if quick:
         shape = {"hidden_size": 1024, "num_hidden_layers": 8, "intermediate_size": 3072}
     if smoke:
@@ -54,7 +58,8 @@ def build_model(directory: Path, quick: bool, smoke: bool, device: str) -> dict[
     )
     torch.manual_seed(0)
     with torch.device(device):
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+        model: Any = Qwen3ForCausalLM(config)
+        model = model.to(torch.bfloat16)
     model.save_pretrained(str(directory), safe_serialization=True)
     tokenizer.save_pretrained(str(directory))
     params = sum(p.numel() for p in model.parameters())
@@ -118,7 +123,9 @@ def main() -> None:
 
     def rows(batch: int, n_options: int) -> list[Row]:
         names = [f"label_{i}" for i in range(max(2, n_options))]
-        _, blocks, answers = bb._plan(Choice(instructions="Which label fits?", criteria=names))
+        _, blocks, answers = bb._plan(
+            Choice(instructions="Which label fits?", criteria=dict.fromkeys(names))
+        )
         out = []
         for b in range(batch):
             # Distinct states per row (rotated words), same length.
