@@ -148,8 +148,8 @@ def main() -> None:
 
     results = []
     with torch.inference_mode():
-        for batch in (1, 32):
-            for n_options in (1, 16, 64):
+        for batch in (1, 2) if args.smoke else (1, 32):
+            for n_options in (1, 4) if args.smoke else (1, 16, 64):
                 rs = rows(batch, n_options)
                 if cuda:
                     torch.cuda.reset_peak_memory_stats()
