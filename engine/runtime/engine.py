@@ -125,6 +125,9 @@ class DecisionEngine:
         if isinstance(backbone, str):
             backbone = load_backbone(backbone, path, device=device, dtype=dtype, quantize=quantize)
         self.backbone: Backbone = backbone
+        if calibrator is None and hasattr(backbone, "default_calibrator"):
+            # Backbones whose raw scores are not cosine similarities bring their own.
+            calibrator = backbone.default_calibrator()
         self.head = ZeroShotHead(calibrator)
         self.max_state_chars = int(max_state_chars)
         self.model_name = model_name or DEFAULT_MODEL

@@ -74,11 +74,29 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
     if path != PACKAGED and not Path(path).is_absolute():
         path = str((directory / path).resolve())
     backbone.pop("max_length", None)
+    options = {k: v for k, v in backbone.items() if not k.startswith("adapter")}
+    if options and kind != "encoder" and "backbone" not in kwargs:
+        # Non-default backbone options (e.g. the decoder's rotations or prior) saved in
+        # config.json go back to the backbone's constructor.
+        from engine.backbones import load_backbone
+
+        kwargs["backbone"] = load_backbone(
+            kind,
+            path,
+            device=kwargs.get("device"),
+            dtype=kwargs.get("dtype"),
+            quantize=kwargs.get("quantize"),
+            **options,
+        )
     kwargs.setdefault("backbone", kind)
     kwargs.setdefault("calibrator", Calibrator.from_dict(data.get("calibration") or {}))
     if "model_name" in data:
         kwargs.setdefault("model_name", data["model_name"])
     engine = cls(path=path, **kwargs)
+    adapter = directory / "adapter"
+    if adapter.is_dir() and hasattr(engine.backbone, "load_adapter"):
+        engine.backbone.load_adapter(adapter)
+        engine._version = None  # the version follows the adapter weights
     return engine
 
 
@@ -98,4 +116,6 @@ def save(engine: DecisionEngine, directory: Path, *, copy_backbone: bool = False
         "calibration": engine.calibrator.to_dict(),
     }
     (directory / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    if getattr(engine.backbone, "has_adapter", False):
+        engine.backbone.save_adapter(directory / "adapter")  # type: ignore[attr-defined]
     return directory
