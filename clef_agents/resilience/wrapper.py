@@ -152,23 +152,10 @@ class Counters:
 
 
 def move_to_cpu(engine: Any) -> Any:
-    """Default CPU move after out-of-memory: ``engine.to("cpu")`` where the engine has it,
-    otherwise the encoder backbone's model is moved and the engine's tensor caches dropped."""
-    if hasattr(engine, "to"):
-        return engine.to("cpu") or engine
-    backbone: Any = getattr(engine, "backbone", None)
-    model = getattr(backbone, "model", None)
-    if backbone is None or model is None:
-        raise RuntimeError("the engine cannot be moved to the CPU (no .to() and no backbone)")
-    import torch
-
-    backbone.model = model.to("cpu", dtype=torch.float32)
-    backbone.device = torch.device("cpu")
-    backbone.dtype = torch.float32
-    for cache in ("_vectors", "_prepared"):
-        if hasattr(engine, cache):
-            getattr(engine, cache).clear()
-    return engine
+    """Default CPU move after out-of-memory: ``engine.to("cpu")``."""
+    if not hasattr(engine, "to"):
+        raise RuntimeError("the engine cannot be moved to the CPU (it has no .to())")
+    return engine.to("cpu") or engine
 
 
 class _Pending(Exception):

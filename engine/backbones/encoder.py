@@ -238,6 +238,16 @@ class EncoderBackbone:
             ]
         return Encoded(pooled, n_windows, [len(x) for x in ids], token_states)
 
+    def to(self, device: str | torch.device) -> EncoderBackbone:
+        """Move to ``device``; the dtype follows it (bf16 on CUDA, fp32 elsewhere)."""
+        target = select_device(device)
+        if self.quantize == "int8" and target.type != "cpu":
+            raise ValueError("quantize: an int8 model stays on the CPU")
+        self.dtype = select_dtype(target)
+        self.model.to(target, dtype=self.dtype)
+        self.device = target
+        return self
+
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.reference, "max_length": self.max_length}
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from engine.backbones import Backbone, load_backbone
+from engine.backbones import PACKAGED, Backbone, load_backbone
 from engine.calibration.temperature import Calibrator
 from engine.errors import (
     ClefError,
@@ -42,6 +42,7 @@ from engine.errors import (
 from engine.heads.prototype import PrototypeClassifier
 from engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
 from engine.runtime import model_dir
+from engine.runtime.devices import select_device, select_dtype
 from engine.schema.answers import (
     Answer,
     ChoiceAnswer,
@@ -130,7 +131,7 @@ class DecisionEngine:
             calibrator = backbone.default_calibrator()
         self.head = ZeroShotHead(calibrator)
         self.max_state_chars = int(max_state_chars)
-        self.model_name = model_name or DEFAULT_MODEL
+        self.model_name = model_name or _default_name(self.backbone)
         self._vectors: _LRU = _LRU(cache_size)
         self._prepared: _LRU = _LRU(max(64, cache_size // 50))
         self._lock = threading.RLock()
@@ -165,6 +166,25 @@ class DecisionEngine:
             digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
             self._version = f"{self.model_name}@{digest}"
         return self._version
+
+    def to(self, device: str | torch.device) -> DecisionEngine:
+        """Move the engine to ``device`` (e.g. to the CPU after a CUDA out-of-memory).
+
+        The dtype follows the device (bf16 on CUDA, fp32 elsewhere) and cached option
+        embeddings are dropped, since they were computed on the old device.
+        """
+        target = select_device(device)
+        with self._lock:
+            mover = getattr(self.backbone, "to", None)
+            if callable(mover):
+                mover(target)
+            else:
+                dtype = select_dtype(target)
+                self.backbone.model = self.backbone.model.to(target, dtype=dtype)  # type: ignore[attr-defined]
+                self.backbone.device, self.backbone.dtype = target, dtype
+            self._vectors.clear()
+            self._prepared.clear()
+        return self
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> DecisionEngine:
@@ -432,6 +452,13 @@ class DecisionEngine:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+
+def _default_name(backbone: Backbone) -> str:
+    """``clef-minilm-l6`` for the embedded model, ``clef-<backbone name>`` otherwise."""
+    if backbone.config().get("path") == PACKAGED:
+        return DEFAULT_MODEL
+    return f"clef-{backbone.name}"
 
 
 def _answer(prep: PreparedQuestion, probs: torch.Tensor) -> Answer:

@@ -73,8 +73,19 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
     path = backbone.pop("path", PACKAGED)
     if path != PACKAGED and not Path(path).is_absolute():
         path = str((directory / path).resolve())
-    backbone.pop("max_length", None)
     options = {k: v for k, v in backbone.items() if not k.startswith("adapter")}
+    if kind == "encoder" and options.get("max_length") is not None and "backbone" not in kwargs:
+        from engine.backbones import load_backbone
+
+        kwargs["backbone"] = load_backbone(
+            kind,
+            path,
+            device=kwargs.get("device"),
+            dtype=kwargs.get("dtype"),
+            quantize=kwargs.get("quantize"),
+            max_length=options["max_length"],
+        )
+    options.pop("max_length", None)
     if options and kind != "encoder" and "backbone" not in kwargs:
         # Non-default backbone options (e.g. the decoder's rotations or prior) saved in
         # config.json go back to the backbone's constructor.

@@ -287,3 +287,25 @@ def test_loads_with_network_blocked(tmp_path, monkeypatch):
         _assert_valid(engine.decide("refund", QUESTIONS))
     finally:
         pytest_socket.enable_socket()
+
+
+def test_to_cpu_keeps_answers_and_clears_caches(tiny_engine):
+    engine = DecisionEngine(tiny_engine.backbone, warmup=False)
+    before = _flat(engine.decide(STATES[0], QUESTIONS))
+    assert len(engine._vectors) > 0
+    assert engine.to("cpu") is engine
+    assert len(engine._vectors) == 0
+    _close(before, _flat(engine.decide(STATES[0], QUESTIONS)))
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceUnavailableError):
+            engine.to("cuda")
+
+
+def test_model_name_follows_the_backbone_and_max_length_round_trips(tiny_engine, tmp_path):
+    assert tiny_engine.model_name == f"clef-{tiny_engine.backbone.name}"
+    from engine.backbones import EncoderBackbone
+
+    backbone = EncoderBackbone(tiny_engine.backbone.directory, max_length=16)
+    DecisionEngine(backbone, warmup=False).save_pretrained(tmp_path / "m")
+    loaded = DecisionEngine.from_pretrained(tmp_path / "m", warmup=False)
+    assert loaded.backbone.max_length == 16
