@@ -40,7 +40,7 @@ from engine.schema.answers import (
 )
 from engine.schema.questions import Box, Noul, Score, _Question
 from engine.schema.render import render_value
-from engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
+from engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -95,17 +95,7 @@ class FakeEngine:
     # -- requests ----------------------------------------------------------------------
 
     def _as_request(self, item: Any, questions: Any) -> DecisionRequest:
-        if questions is None:
-            if isinstance(item, DecisionRequest):
-                return item
-            if isinstance(item, Mapping) and "questions" in item:
-                return DecisionRequest.parse(item)
-            raise InvalidRequestError(
-                "questions are required (pass them, or a request with 'questions')",
-                field="questions",
-            )
-        parsed = questions_from(questions)
-        return DecisionRequest.parse({"state": item, "questions": parsed, "model": self.model_name})
+        return build_request(item, questions, self.model_name)
 
     # -- scoring -----------------------------------------------------------------------
 

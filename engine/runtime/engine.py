@@ -56,7 +56,7 @@ from engine.schema.answers import (
 from engine.schema.limits import MAX_STATE_CHARS
 from engine.schema.questions import _Question
 from engine.schema.render import canonical_json, render_value
-from engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
+from engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
 Questions = Mapping[str, _Question | Mapping[str, Any]]
 """Questions keyed by id: question objects or wire-format dicts."""
@@ -238,20 +238,7 @@ class DecisionEngine:
     # -- requests ----------------------------------------------------------------------
 
     def _as_request(self, item: Any, questions: Questions | None, assets: Any) -> DecisionRequest:
-        if questions is None:
-            if isinstance(item, DecisionRequest):
-                return item
-            if isinstance(item, Mapping) and "questions" in item:
-                return DecisionRequest.parse(item)
-            raise InvalidRequestError(
-                "questions are required (pass them, or a request with 'questions')",
-                field="questions",
-            )
-        parsed = questions_from(questions)
-        payload: dict[str, Any] = {"state": item, "questions": parsed, "model": self.model_name}
-        if assets:
-            payload["assets"] = assets
-        return DecisionRequest.parse(payload)
+        return build_request(item, questions, self.model_name, assets)
 
     def _state_text(self, request: DecisionRequest) -> str:
         if request.assets:

@@ -119,6 +119,30 @@ def validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> Inva
     return InvalidRequestError(first["msg"], field=field or None, errors=entries)
 
 
+def build_request(
+    item: Any, questions: Mapping[str, Any] | None, model: str, assets: Any = None
+) -> DecisionRequest:
+    """The request behind ``decide(state, questions)`` or ``decide(request)``.
+
+    Without ``questions``, ``item`` must be a :class:`DecisionRequest` or a wire dict with
+    ``questions``; with them, ``item`` is the state.
+    """
+    if questions is None:
+        if isinstance(item, DecisionRequest):
+            return item
+        if isinstance(item, Mapping) and "questions" in item:
+            return DecisionRequest.parse(item)
+        raise InvalidRequestError(
+            "questions are required (pass them, or a request with 'questions')",
+            field="questions",
+        )
+    payload: dict[str, Any] = {"state": item, "questions": questions_from(questions),
+                               "model": model}
+    if assets:
+        payload["assets"] = assets
+    return DecisionRequest.parse(payload)
+
+
 def questions_from(obj: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a mapping of questions (objects or dicts) the way a request would."""
     return DecisionRequest.parse({"state": "x", "questions": dict(obj)}).questions
