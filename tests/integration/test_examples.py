@@ -71,3 +71,11 @@ def test_fallback_rules(engine: Any) -> None:
         "question",
     ]
     assert out["offline_counters"]["fallbacks"]["unavailable"] == 4
+
+
+def test_teach_with_examples(engine: Any) -> None:
+    out = load("teach_with_examples.py")["main"](engine)
+    assert [o["queue"] for o in out] == ["refund", "delivery", "account"]
+    for row in out:
+        assert sum(row["probabilities"].values()) == pytest.approx(1.0)
+        assert 0.0 <= row["confidence"] <= 1.0
