@@ -16,6 +16,7 @@ from engine.backbones.encoder import PACKAGED, EncoderBackbone, packaged_model_p
 
 BACKBONES: dict[str, str | Callable[..., Backbone]] = {
     "encoder": EncoderBackbone,
+    "vision": "engine.backbones.vision.backbone:VisionBackbone",
 }
 
 

@@ -25,13 +25,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from engine.backbones import Backbone, load_backbone
+from engine.backbones.vision import requests as vision
 from engine.calibration.temperature import Calibrator
 from engine.errors import (
     ClefError,
@@ -70,6 +71,8 @@ class Scored:
     prepared: dict[str, PreparedQuestion]
     windows: int
     tokens: int
+    answers: dict[str, Answer] = field(default_factory=dict)
+    """Answers made without the head (``box`` questions, from the vision evidence)."""
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]
@@ -231,20 +234,10 @@ class DecisionEngine:
         return DecisionRequest.parse(payload)
 
     def _state_text(self, request: DecisionRequest) -> str:
-        if request.assets:
-            raise InvalidRequestError(
-                "image assets need the vision backbone; install it with: "
-                "pip install 'clef-agents[vision]'",
-                field="assets",
-            )
-        state = request.state
-        if isinstance(state, (bytes, bytearray)) or hasattr(state, "save"):
-            raise InvalidRequestError(
-                "image states need the vision backbone; install it with: "
-                "pip install 'clef-agents[vision]'",
-                field="state",
-            )
-        text = render_value(state, "state")
+        if vision.has_images(request):
+            text = vision.state_text(self, request)  # OCR evidence in place of each image
+        else:
+            text = render_value(request.state, "state")
         if not text.strip():
             raise InvalidRequestError("state renders to empty text", field="state")
         if len(text) > self.max_state_chars:
@@ -257,10 +250,10 @@ class DecisionEngine:
 
     def _check_supported(self, request: DecisionRequest) -> None:
         for qid, question in request.questions.items():
-            if question.type == "box":
+            if question.type == "box" and not vision.has_images(request):
                 raise UnsupportedQuestionError(
-                    "box questions need the vision backbone; install it with: "
-                    "pip install 'clef-agents[vision]'",
+                    "box questions locate an element in an image; the state has no image "
+                    "(pass a screenshot, image bytes, a path, or an <image:...> asset)",
                     field=f"questions.{qid}",
                 )
 
@@ -302,11 +295,18 @@ class DecisionEngine:
         for r in requests:
             self._check_supported(r)
         results = []
-        for request, scored in zip(requests, self.score(texts, requests), strict=False):
+        if vision.needs_vision(requests):  # images or box questions
+            all_scored = vision.score_requests(self, texts, requests)
+        else:
+            all_scored = self.score(texts, requests)
+        for request, scored in zip(requests, all_scored, strict=False):
             answers = {
                 qid: _answer(scored.prepared[qid], probs)
                 for qid, probs in scored.probabilities.items()
             }
+            if scored.answers:
+                answers.update(scored.answers)
+                answers = {q: answers[q] for q in request.questions if q in answers}
             results.append(
                 DecisionResult(
                     model=request.model if request.model != DEFAULT_MODEL else self.model_name,
