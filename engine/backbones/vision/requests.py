@@ -327,7 +327,9 @@ def score_requests(
         rest = {q: v for q, v in request.questions.items() if q not in answers}
         if rest:
             batch.append((i, request.model_copy(update={"questions": rest})))
-    scored_batch = engine.score([texts[i] for i, _ in batch], [r for _, r in batch])
+    scored_batch = (
+        engine.score([texts[i] for i, _ in batch], [r for _, r in batch]) if batch else []
+    )
     by_index = {i: s for (i, _), s in zip(batch, scored_batch, strict=True)}
     pipeline = pipeline_for(engine) if any(v is not None for v in visuals) else None
     out = []
