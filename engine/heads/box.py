@@ -10,7 +10,8 @@ evidence, added as logits:
 - word overlap: the share of the instructions' content words found in the candidate's
   text (``LEXICAL``), which rewards exact labels ("Add to cart");
 - role match: the instructions name a role (button, field/input/search box, heading)
-  and the candidate has it (``ROLE``).
+  and the candidate has it (``+ROLE``), or has the other control role (a button when a
+  field was asked for, or the reverse: ``-ROLE``).
 
 ``softmax`` over candidates gives the confidence of the box returned. The weights are set
 by hand on synthetic pages (not on the test fixtures) and are not calibrated as a
@@ -22,6 +23,7 @@ found one, else the text's box), in pixels of the original image.
 from __future__ import annotations
 
 import re
+from difflib import SequenceMatcher
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 
 SEMANTIC = 10.0
 LEXICAL = 4.0
-ROLE = 2.0
+ROLE = 2.5
 
 _ROLE_WORDS = {
     "button": ("button", "btn", "click", "press", "tap", "submit"),
@@ -62,13 +64,25 @@ def wanted_roles(instructions: str) -> set[str]:
     return {role for role, keys in _ROLE_WORDS.items() if tokens & set(keys)}
 
 
+def _matches(word: str, have: list[str], joined: str) -> bool:
+    if word in joined:  # also inside words OCR ran together ("sendresetlink")
+        return True
+    return any(SequenceMatcher(None, word, h).ratio() >= 0.8 for h in have if len(h) >= 3)
+
+
 def lexical_overlap(instructions: str, text: str) -> float:
-    """Share of the instructions' content words present in ``text`` (0 when none)."""
-    wanted = {w for w in words(instructions) if w not in _STOP}
-    if not wanted:
+    """How well ``text`` covers the instructions' content words, in [0, 1].
+
+    Recall of the content words (exact, inside run-together words, or a near miss such as
+    OCR's "Verifty"), discounted for long texts that mention a word in passing.
+    """
+    wanted = {w for w in words(instructions) if w not in _STOP and len(w) >= 2}
+    have = words(text)
+    if not wanted or not have:
         return 0.0
-    have = set(words(text))
-    return len(wanted & have) / len(wanted)
+    joined = "".join(have)
+    recall = sum(_matches(w, have, joined) for w in wanted) / len(wanted)
+    return recall * (0.5 + 0.5 * min(1.0, len(wanted) / len(have)))
 
 
 def describe(element: Element) -> str:
@@ -95,7 +109,13 @@ def candidate_logits(
     cosine = vectors[1:] @ vectors[0]
     lexical = torch.tensor([lexical_overlap(instructions, _words_of(e)) for e in elements])
     roles = wanted_roles(instructions)
-    role = torch.tensor([1.0 if e.role in roles else 0.0 for e in elements])
+    clash = {"button": "field", "field": "button"}
+    role = torch.tensor(
+        [
+            1.0 if e.role in roles else -1.0 if any(clash.get(r) == e.role for r in roles) else 0.0
+            for e in elements
+        ]
+    )
     return SEMANTIC * cosine.cpu() + LEXICAL * lexical + ROLE * role
 
 

@@ -57,7 +57,8 @@ class Element:
     role: str = "text"
     score: float = 1.0
     label: str | None = None
-    """For a field: the text that labels it (above it, or left of it on its row)."""
+    """For a field: the text that labels it (above it, or left of it on its row), and the
+    text of a button right after it on its row."""
 
     @property
     def center(self) -> tuple[float, float]:
@@ -154,7 +155,35 @@ def _enclosing_rect(
     rightward = _first_edge(cols[rt:])
     if leftward is None or rightward is None:
         return None
-    return (x0 + lt - leftward, y0 + r_top, x0 + rt + rightward, y0 + r_bottom)
+    rect = (x0 + lt - leftward, y0 + r_top, x0 + rt + rightward, y0 + r_bottom)
+    return rect if _has_border(array, rect, fill) else None
+
+
+def _has_border(array: np.ndarray, rect: tuple[int, int, int, int], fill: np.ndarray) -> bool:
+    """Whether all four sides of ``rect`` are straight edges (not text that stopped growth).
+
+    A real edge (a border line, or where a button's colour meets the page) differs from
+    the fill along most of the side; a line of text above or beside does not.
+    """
+    height, width = array.shape[:2]
+    left, top, right, bottom = rect
+    w, h = right - left, bottom - top
+    # Ignore the ends of each side (rounded corners up to a quarter of the height).
+    x_in = slice(left + max(1, min(h // 4, w // 8)), right - max(1, min(h // 4, w // 8)))
+    y_in = slice(top + max(1, h // 5), bottom - max(1, h // 5))
+    sides = [
+        array[max(0, top - 1), x_in],
+        array[min(height - 1, bottom), x_in],
+        array[y_in, max(0, left - 1)],
+        array[y_in, min(width - 1, right)],
+    ]
+    for side in sides:
+        if side.size == 0:
+            return False
+        differs = np.abs(side.astype(np.int32) - fill).sum(axis=-1) > _TOLERANCE
+        if differs.mean() < 0.95:
+            return False
+    return True
 
 
 def _role(box: Box4, rect: tuple[int, int, int, int] | None, page_width: int) -> str | None:
@@ -164,7 +193,10 @@ def _role(box: Box4, rect: tuple[int, int, int, int] | None, page_width: int) ->
     r_left, r_top, r_right, r_bottom = rect
     text_w, text_h = right - left, bottom - top
     rect_w, rect_h = r_right - r_left, r_bottom - r_top
-    if rect_h > 3.2 * text_h or rect_w > 0.7 * page_width or rect_w < text_w:
+    if rect_h > 2.5 * text_h or rect_w > 0.7 * page_width or rect_w < text_w:
+        return None
+    # Controls centre their text vertically; a label boxed in by neighbours does not.
+    if abs((top - r_top) - (r_bottom - bottom)) > 0.35 * rect_h:
         return None
     offset = ((left + right) / 2.0 - (r_left + r_right) / 2.0) / max(rect_w, 1.0)
     if abs(offset) <= 0.12:
@@ -229,6 +261,8 @@ def _attach_labels(elements: list[Element]) -> list[Element]:
         for other in elements:
             if other is element or other.role in ("button", "field"):
                 continue
+            if len(other.text) > 40 or len(other.text.split()) > 5:
+                continue  # prose, not a label
             o_left, o_top, o_right, o_bottom = other.box
             o_h = o_bottom - o_top
             above = -0.5 * o_h <= top - o_bottom <= 2.0 * o_h and o_left < right and o_right > left
@@ -238,7 +272,16 @@ def _attach_labels(elements: list[Element]) -> list[Element]:
                 gap = (top - o_bottom) if above else (left - o_right) / 4.0
                 if best is None or gap < best[0]:
                     best = (gap, other.text)
-        out.append(replace(element, label=best[1]) if best else element)
+        label = best[1] if best else None
+        # A button right after the field on its row names what the field is for
+        # ("Search", "Subscribe", "Apply").
+        for other in elements:
+            o_left, o_top, o_right, o_bottom = other.region
+            cy = (o_top + o_bottom) / 2.0
+            if other.role == "button" and top <= cy <= bottom and 0 <= o_left - right <= 60:
+                label = f"{label} {other.text}" if label else other.text
+                break
+        out.append(replace(element, label=label) if label else element)
     return out
 
 

@@ -1,9 +1,9 @@
 """OCR evidence from RapidOCR (PP-OCRv4 det + rec, ONNX models shipped inside the wheel).
 
 The OCR models load once per :class:`RapidOcr` and are reused for every image. Images are
-downscaled so that their longest side is at most ``max_side`` before detection (screenshot
-text survives a 0.8x downscale; detection time grows with the pixel count), and the
-boxes are scaled back to the caller's pixels.
+downscaled so that their longest side is at most ``max_side`` before detection
+(detection time grows with the pixel count), and the boxes are scaled back to the
+caller's pixels.
 
 ``rapidocr_onnxruntime`` is imported lazily: ``engine`` imports without the ``[vision]``
 extra, and the first image raises :class:`~engine.errors.MissingDependencyError` with the
@@ -13,6 +13,7 @@ install line.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,8 +23,11 @@ from PIL import Image
 
 from engine.errors import require
 
-DEFAULT_MAX_SIDE = 1024
-"""Longest side the detector sees; 1280x800 screenshots are read at 1024x640."""
+DEFAULT_MAX_SIDE = 1280
+"""Longest side OCR sees. 1280x800 screenshots are read as they are (at 1024 px the
+recogniser drops many spaces between words: "Sendresetlink"); larger ones are downscaled."""
+
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,9 @@ class RapidOcr:
         for points, text, score in result or []:
             xs = [float(p[0]) / scale for p in points]
             ys = [float(p[1]) / scale for p in points]
-            text = str(text).strip()
+            # The recogniser sometimes drops the space between words; where the case
+            # changes ("AcceptAll") put it back.
+            text = _CAMEL.sub(" ", str(text).strip())
             if text:
                 lines.append(OcrLine(text, (min(xs), min(ys), max(xs), max(ys)), float(score)))
         return lines
