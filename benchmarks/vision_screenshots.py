@@ -114,12 +114,16 @@ def main() -> None:
                 "boxes": boxes,
             }
         )
-        print(f"{page.name:24s} {answer.choice:16s} {'ok ' if ok else 'MISS'} "
-              f"p={answer.probabilities[answer.choice]:.2f} boxes={[b['hit'] for b in boxes]}")
+        print(
+            f"{page.name:24s} {answer.choice:16s} {'ok ' if ok else 'MISS'} "
+            f"p={answer.probabilities[answer.choice]:.2f} boxes={[b['hit'] for b in boxes]}"
+        )
 
     box_rows = [b for r in rows for b in r["boxes"]]
     hits = sum(b["hit"] for b in box_rows)
-    confusions = Counter(f"{r['label']}->{r['predicted']}" for r in rows if r["label"] != r["predicted"])
+    confusions = Counter(
+        f"{r['label']}->{r['predicted']}" for r in rows if r["label"] != r["predicted"]
+    )
     result = {
         "benchmark": "vision_screenshots",
         "viewport": [1280, 800],
@@ -128,16 +132,25 @@ def main() -> None:
         "repeats": args.repeats,
         "ocr_max_side": args.max_side,
         "threads": args.threads or len(os.sched_getaffinity(0)),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_avg_1m": os.getloadavg()[0]},
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0],
+        },
         "render_seconds": round(render_s, 2),
         "latency_ms": {
-            "end_to_end": {"p50": round(statistics.median(totals), 1),
-                           "p95": round(percentile(totals, 0.95), 1)},
-            "ocr_and_layout": {"p50": round(statistics.median(ocrs), 1),
-                               "p95": round(percentile(ocrs, 0.95), 1)},
-            "scoring": {"p50": round(statistics.median(scorings), 1),
-                        "p95": round(percentile(scorings, 0.95), 1)},
+            "end_to_end": {
+                "p50": round(statistics.median(totals), 1),
+                "p95": round(percentile(totals, 0.95), 1),
+            },
+            "ocr_and_layout": {
+                "p50": round(statistics.median(ocrs), 1),
+                "p95": round(percentile(ocrs, 0.95), 1),
+            },
+            "scoring": {
+                "p50": round(statistics.median(scorings), 1),
+                "p95": round(percentile(scorings, 0.95), 1),
+            },
         },
         "classifier_accuracy": round(correct / len(pages), 4),
         "classifier_correct": correct,

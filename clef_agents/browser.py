@@ -80,9 +80,7 @@ def chromium(executable_path: str | None = None) -> Iterator[Any]:
     if executable is None:
         raise FileNotFoundError("no Chromium found; install it with: apt-get install chromium")
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
+        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
         try:
             yield browser
         finally:
@@ -111,9 +109,9 @@ def render_files(
         # Local files only: any request off the file system is aborted.
         page.route(
             "**/*",
-            lambda route: route.continue_()
-            if route.request.url.startswith("file:")
-            else route.abort(),
+            lambda route: (
+                route.continue_() if route.request.url.startswith("file:") else route.abort()
+            ),
         )
         for path in paths:
             p = Path(path).resolve()

@@ -96,7 +96,7 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
         "examples": [
             "Search\nAbout 3,200,000 results\nresult title\nwww.example.com › page\nsnippet text\n"
             "Next page",
-            "Results for \"laptop stand\"\nShowing 1-10 of 482 results\nSort by relevance",
+            'Results for "laptop stand"\nShowing 1-10 of 482 results\nSort by relevance',
             "Search results\nYour search returned 27 matches\nFilter results",
             "Did you mean\nPeople also ask\nRelated searches\nImages\nNews\nVideos",
             "Suchergebnisse\nUngefähr 1.200 Ergebnisse\nWeiter",

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from PIL import Image
 
+from engine.backbones.encoder import _quiet_transformers
 from engine.errors import ModelLoadError
 from engine.runtime.devices import select_device, select_dtype
 
@@ -82,10 +83,13 @@ class ClipImageEncoder:
         self.device = select_device(device)
         self.dtype = select_dtype(self.device, dtype)
         try:
-            self.processor = AutoProcessor.from_pretrained(str(directory), local_files_only=True)
-            self.model = AutoModel.from_pretrained(
-                str(directory), local_files_only=True, dtype=self.dtype, use_safetensors=True
-            )
+            with _quiet_transformers():
+                self.processor = AutoProcessor.from_pretrained(
+                    str(directory), local_files_only=True
+                )
+                self.model = AutoModel.from_pretrained(
+                    str(directory), local_files_only=True, dtype=self.dtype, use_safetensors=True
+                )
         except (OSError, ValueError) as exc:
             raise ModelLoadError(
                 f"cannot load image encoder from {str(directory)!r}: {exc}"
