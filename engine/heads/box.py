@@ -23,8 +23,8 @@ found one, else the text's box), in pixels of the original image.
 from __future__ import annotations
 
 import re
-from difflib import SequenceMatcher
 from collections.abc import Sequence
+from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
 
 import torch
