@@ -31,7 +31,8 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Sign up for free\nUsername\nEmail address\nCreate password\nI agree to the Terms\n"
             "Create account\nAlready have an account? Log in",
             "Join now\nGet started in minutes\nFull name\nEmail\nPassword\nRegister",
-            "Start your free trial\nWork email\nCompany name\nCreate account\nNo credit card required",
+            "Start your free trial\nWork email\nCompany name\nCreate account\n"
+            "No credit card required",
             "Registrieren\nVorname\nNachname\nE-Mail\nPasswort wiederholen\nKonto erstellen",
             "Inscription\nNom\nPrénom\nE-mail\nCréer mon compte",
             "Crear cuenta\nNombre\nCorreo\nContraseña\nRegistrarse",
@@ -139,7 +140,7 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
         ],
     },
     "article": {
-        "description": "a news article or blog post: headline, author, date and paragraphs of prose",
+        "description": "a news article or blog post: headline, author, date and prose",
         "examples": [
             "Headline of the story\nBy Jane Smith · May 2, 2024 · 6 min read\nThe first paragraph "
             "of the article explains what happened and why it matters to readers.",
