@@ -22,6 +22,9 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Connexion\nIdentifiant\nMot de passe\nSe connecter\nMot de passe oublié ?",
             "Iniciar sesión\nCorreo electrónico\nContraseña\nEntrar",
             "Sign in with SSO\nWork email\nNext\nUse a password instead",
+            "Sign in to your account\nEmail\nPassword\nSign in\nForgot your password?\n"
+            "Create an account",
+            "Log in\nPhone, email or username\nPassword\nLog in\nForgot password?\nSign up",
         ],
     },
     "registration": {
