@@ -75,6 +75,7 @@ class ImageRef:
     height: int
     format: str | None
     _image: Image.Image = dataclass_field(repr=False)
+    _data: bytes | None = dataclass_field(default=None, repr=False)
 
     @property
     def pixels(self) -> int:
@@ -86,10 +87,12 @@ class ImageRef:
         Raises:
             InvalidRequestError: The file is truncated or corrupt.
         """
-        img = self._image
+        # Decode a fresh copy from the encoded bytes, so the pixels are not kept alive by
+        # this reference (requests are memoised briefly; their evidence, not pixels).
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                img = self._image if self._data is None else Image.open(io.BytesIO(self._data))
                 img.load()
                 return to_rgb(img)
         except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
@@ -177,7 +180,7 @@ def from_bytes(data: bytes, where: str, *, declared: str | None = None) -> Image
     width, height = img.size
     _check_dimensions(width, height, where)
     digest = hashlib.sha256(data).hexdigest()[:32]
-    return ImageRef(where, digest, width, height, fmt, img)
+    return ImageRef(where, digest, width, height, fmt, img, data)
 
 
 def from_pil(img: Image.Image, where: str) -> ImageRef:

@@ -219,7 +219,7 @@ def attach(engine: DecisionEngine, pipeline: VisionPipeline) -> None:
 
 _MEMO: OrderedDict[int, tuple[DecisionRequest, VisualRequest]] = OrderedDict()
 _MEMO_LOCK = threading.Lock()
-_MEMO_SIZE = 256
+_MEMO_SIZE = 64
 
 
 def visual(engine: DecisionEngine, request: DecisionRequest) -> VisualRequest:
