@@ -12,6 +12,8 @@ install line.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import re
 import threading
@@ -21,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
-from engine.errors import require
+from engine.errors import ModelLoadError, require
 
 DEFAULT_MAX_SIDE = 1280
 """Longest side OCR sees. 1280x800 screenshots are read as they are (at 1024 px the
@@ -59,6 +61,15 @@ class OcrEngine(Protocol):
 
 def load_rapidocr(**kwargs: Any) -> Any:
     """Build ``rapidocr_onnxruntime.RapidOCR`` or raise the ``[vision]`` install line."""
+    if importlib.util.find_spec("rapidocr_onnxruntime") is not None:
+        try:
+            importlib.import_module("rapidocr_onnxruntime")
+        except ImportError as exc:
+            # Installed, but a system library is missing (OpenCV needs libGL).
+            raise ModelLoadError(
+                f"rapidocr-onnxruntime is installed but cannot be imported ({exc}); on Debian/"
+                "Ubuntu install the system libraries with: apt-get install libgl1 libglib2.0-0"
+            ) from exc
     module = require(
         "rapidocr_onnxruntime",
         package="rapidocr-onnxruntime",

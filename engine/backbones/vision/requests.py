@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from engine.runtime.engine import DecisionEngine, Scored
 
 _HEX32 = re.compile(r"[0-9a-fA-F]{32}")
-_PART_KEYS = ("image_url", "image", "url", "data", "source", "image_base64")
+_PART_KEYS = ("image_url", "image", "url", "data", "source", "base64", "image_base64")
 
 
 @dataclass(frozen=True)
