@@ -7,7 +7,7 @@ against the file name, and asks a ``box`` question for every element marked
 ``data-target`` (a hit: the returned box contains the element's centre).
 
 The box heuristics were adjusted while looking at failures on tests/fixtures/pages/, so
-pages_holdout/ (6 pages, 17 targets written afterwards and never tuned on) is scored
+pages_holdout/ (6 pages, 13 targets written afterwards and never tuned on) is scored
 separately (untimed) as the honest box number.
 
 Run:  python benchmarks/vision_screenshots.py [--repeats 3] [--threads 2]

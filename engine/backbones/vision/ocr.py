@@ -29,6 +29,10 @@ DEFAULT_MAX_SIDE = 1280
 """Longest side OCR sees. 1280x800 screenshots are read as they are (at 1024 px the
 recogniser drops many spaces between words: "Sendresetlink"); larger ones are downscaled."""
 
+DEFAULT_DET_SIDE = 768
+"""Longest side the text *detector* sees. Detection finds line boxes and is 3-4x cheaper at
+0.6x with the same lines found; recognition then reads crops from the ``max_side`` image."""
+
 _CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
 
 
@@ -84,6 +88,8 @@ class RapidOcr:
 
     Args:
         max_side: Downscale so the longest side is at most this many pixels before OCR.
+        det_side: Longest side of the copy the text detector runs on (``None``: the
+            ``max_side`` image itself); recognition always reads the ``max_side`` image.
         min_score: Drop lines recognised with less confidence.
         threads: ONNX Runtime intra-op threads; default: the CPUs this process may use.
 
@@ -97,12 +103,14 @@ class RapidOcr:
         self,
         *,
         max_side: int = DEFAULT_MAX_SIDE,
+        det_side: int | None = DEFAULT_DET_SIDE,
         min_score: float = 0.5,
         threads: int | None = None,
     ) -> None:
         if max_side < 64:
             raise ValueError(f"max_side must be at least 64; got {max_side}")
         self.max_side = int(max_side)
+        self.det_side = None if det_side is None else max(64, min(int(det_side), self.max_side))
         self.min_score = float(min_score)
         if threads is None:
             threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
@@ -111,7 +119,7 @@ class RapidOcr:
         self._lock = threading.Lock()
 
     def config(self) -> dict[str, Any]:
-        return {"ocr": "rapidocr-onnxruntime", "max_side": self.max_side}
+        return {"ocr": "rapidocr-onnxruntime", "max_side": self.max_side, "det_side": self.det_side}
 
     def _load(self) -> Any:
         with self._lock:
@@ -142,7 +150,9 @@ class RapidOcr:
         array = np.asarray(image.convert("RGB"))
         # RapidOCR is not documented as thread-safe; one image at a time per engine.
         with self._lock:
-            result, _ = engine(array)
+            result = self._two_scale(engine, image, array)
+            if result is None:
+                result, _ = engine(array)
         lines = []
         for points, text, score in result or []:
             xs = [float(p[0]) / scale for p in points]
@@ -153,3 +163,25 @@ class RapidOcr:
             if text:
                 lines.append(OcrLine(text, (min(xs), min(ys), max(xs), max(ys)), float(score)))
         return lines
+
+    def _two_scale(self, engine: Any, image: Image.Image, array: np.ndarray) -> Any:
+        """Detect on a smaller copy, recognise crops of the full one (``None``: not possible)."""
+        det_scale = 1.0 if self.det_side is None else self.det_side / max(image.size)
+        needed = ("text_det", "sorted_boxes", "get_crop_img_list", "text_rec")
+        if det_scale >= 1.0 or not all(hasattr(engine, n) for n in needed):
+            return None  # the plain call (also for a RapidOCR without these internals)
+        small = image.resize(
+            (max(1, round(image.width * det_scale)), max(1, round(image.height * det_scale))),
+            Image.Resampling.BILINEAR,
+            reducing_gap=2.0,
+        )
+        boxes, _ = engine.text_det(np.asarray(small))
+        if boxes is None or len(boxes) == 0:
+            return []
+        boxes = (np.asarray(engine.sorted_boxes(boxes)) / det_scale).astype(np.float32)
+        recognised, _ = engine.text_rec(engine.get_crop_img_list(array, boxes))
+        return [
+            (box.tolist(), rec[0], rec[1])
+            for box, rec in zip(boxes, recognised, strict=False)
+            if float(rec[1]) >= self.min_score
+        ]
