@@ -17,6 +17,7 @@ from engine.backbones.encoder import PACKAGED, EncoderBackbone, packaged_model_p
 BACKBONES: dict[str, str | Callable[..., Backbone]] = {
     "encoder": EncoderBackbone,
     "decoder": "engine.backbones.decoder:DecoderBackbone",
+    "vision": "engine.backbones.vision.backbone:VisionBackbone",
 }
 
 

@@ -25,13 +25,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from engine.backbones import PACKAGED, Backbone, load_backbone
+from engine.backbones.vision import requests as vision
 from engine.calibration.temperature import Calibrator
 from engine.errors import (
     ClefError,
@@ -71,6 +72,8 @@ class Scored:
     prepared: dict[str, PreparedQuestion]
     windows: int
     tokens: int
+    answers: dict[str, Answer] = field(default_factory=dict)
+    """Answers made without the head (``box`` questions, from the vision evidence)."""
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]
@@ -241,20 +244,10 @@ class DecisionEngine:
         return build_request(item, questions, self.model_name, assets)
 
     def _state_text(self, request: DecisionRequest) -> str:
-        if request.assets:
-            raise InvalidRequestError(
-                "image assets need the vision backbone; install it with: "
-                "pip install 'clef-agents[vision]'",
-                field="assets",
-            )
-        state = request.state
-        if isinstance(state, (bytes, bytearray)) or hasattr(state, "save"):
-            raise InvalidRequestError(
-                "image states need the vision backbone; install it with: "
-                "pip install 'clef-agents[vision]'",
-                field="state",
-            )
-        text = render_value(state, "state")
+        if vision.has_images(request):
+            text = vision.state_text(self, request)  # OCR evidence in place of each image
+        else:
+            text = render_value(request.state, "state")
         if not text.strip():
             raise InvalidRequestError("state renders to empty text", field="state")
         if len(text) > self.max_state_chars:
@@ -267,10 +260,10 @@ class DecisionEngine:
 
     def _check_supported(self, request: DecisionRequest) -> None:
         for qid, question in request.questions.items():
-            if question.type == "box":
+            if question.type == "box" and not vision.has_images(request):
                 raise UnsupportedQuestionError(
-                    "box questions need the vision backbone; install it with: "
-                    "pip install 'clef-agents[vision]'",
+                    "box questions locate an element in an image; the state has no image "
+                    "(pass a screenshot, image bytes, a path, or an <image:...> asset)",
                     field=f"questions.{qid}",
                 )
 
@@ -306,17 +299,28 @@ class DecisionEngine:
             out.append(Scored(probabilities, prepared, encoded.windows[i], tokens))
         return out
 
-    def _run(self, requests: list[DecisionRequest]) -> list[DecisionResult]:
+    def _run(
+        self, requests: list[DecisionRequest], texts: list[str] | None = None
+    ) -> list[DecisionResult]:
+        """Answer validated requests; ``texts`` are their rendered states when known."""
         started = time.perf_counter()
-        texts = [self._state_text(r) for r in requests]
-        for r in requests:
-            self._check_supported(r)
+        if texts is None:
+            texts = [self._state_text(r) for r in requests]
+            for r in requests:
+                self._check_supported(r)
         results = []
-        for request, scored in zip(requests, self.score(texts, requests), strict=False):
+        if vision.needs_vision(requests):  # images or box questions
+            all_scored = vision.score_requests(self, texts, requests)
+        else:
+            all_scored = self.score(texts, requests)
+        for request, scored in zip(requests, all_scored, strict=False):
             answers = {
                 qid: _answer(scored.prepared[qid], probs)
                 for qid, probs in scored.probabilities.items()
             }
+            if scored.answers:
+                answers.update(scored.answers)
+                answers = {q: answers[q] for q in request.questions if q in answers}
             results.append(
                 DecisionResult(
                     model=request.model if request.model != DEFAULT_MODEL else self.model_name,
@@ -371,13 +375,13 @@ class DecisionEngine:
         and the others are still answered; otherwise the first error is raised.
         """
         slots: list[Any] = [None] * len(states)
-        good: list[tuple[int, DecisionRequest]] = []
+        good: list[tuple[int, DecisionRequest, str]] = []
         for i, item in enumerate(states):
             try:
                 request = self._as_request(item, questions, None)
-                self._state_text(request)
+                text = self._state_text(request)
                 self._check_supported(request)
-                good.append((i, request))
+                good.append((i, request, text))
             except ClefError as exc:
                 if not return_exceptions:
                     raise
@@ -385,17 +389,17 @@ class DecisionEngine:
         if good:
             try:
                 with torch.inference_mode():
-                    results = self._run([r for _, r in good])
-                for (i, _), result in zip(good, results, strict=False):
+                    results = self._run([g[1] for g in good], [g[2] for g in good])
+                for (i, _, _), result in zip(good, results, strict=True):
                     slots[i] = result
             except Exception:
                 if not return_exceptions:
                     raise
                 # Isolate the failure: answer the items one by one.
-                for i, request in good:
+                for i, request, text in good:
                     try:
                         with torch.inference_mode():
-                            slots[i] = self._run([request])[0]
+                            slots[i] = self._run([request], [text])[0]
                     except Exception as exc:
                         slots[i] = exc
         return slots

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -64,7 +65,7 @@ class DecisionRequest(BaseModel):
             return list(value)
         if isinstance(value, Mapping):
             return dict(value)
-        if isinstance(value, (bytes, bytearray)) or hasattr(value, "save"):
+        if isinstance(value, (bytes, bytearray, memoryview, os.PathLike)) or hasattr(value, "save"):
             # Images; the vision backbone takes these.
             return value
         raise ValueError(

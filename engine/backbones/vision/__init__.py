@@ -1,0 +1,26 @@
+"""Vision input: image decoding and limits, OCR evidence, layout, optional CLIP/SigLIP.
+
+Nothing here imports ``rapidocr_onnxruntime`` at import time: ``engine`` imports without
+the ``[vision]`` extra, and the first image read raises
+:class:`~engine.errors.MissingDependencyError` with the install line.
+"""
+
+from __future__ import annotations
+
+from engine.backbones.vision.backbone import VisionBackbone
+from engine.backbones.vision.images import ImageRef, is_image, open_image
+from engine.backbones.vision.layout import Element, ImageEvidence
+from engine.backbones.vision.ocr import OcrLine, RapidOcr
+from engine.backbones.vision.pipeline import VisionPipeline
+
+__all__ = [
+    "Element",
+    "ImageEvidence",
+    "ImageRef",
+    "OcrLine",
+    "RapidOcr",
+    "VisionBackbone",
+    "VisionPipeline",
+    "is_image",
+    "open_image",
+]

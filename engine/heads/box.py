@@ -1,0 +1,146 @@
+"""Box head: locate the element that a ``box`` question's instructions describe.
+
+Candidates are the text elements the vision pipeline found (OCR lines with their layout
+role and region). Each candidate is described as ``"<text> <role>"`` (``"Sign in button"``,
+``"Search products input field"``) and scored against the instructions by three pieces of
+evidence, added as logits:
+
+- semantic similarity: cosine of the engine backbone's embeddings of the instructions and
+  the candidate description (``SEMANTIC`` per unit of cosine);
+- word overlap: the share of the instructions' content words found in the candidate's
+  text (``LEXICAL``), which rewards exact labels ("Add to cart");
+- role match: the instructions name a role (button, field/input/search box, heading)
+  and the candidate has it (``+ROLE``), or has the other control role (a button when a
+  field was asked for, or the reverse: ``-ROLE``).
+
+``softmax`` over candidates gives the confidence of the box returned. The weights are set
+by hand on synthetic pages (not on the test fixtures) and are not calibrated as a
+probability the way choice answers are; treat the confidence as a ranking score in [0, 1].
+The box is the element's region (a button's or field's rectangle when the layout analysis
+found one, else the text's box), in pixels of the original image.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from difflib import SequenceMatcher
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.schema.answers import BoxAnswer, BoxCoords
+
+if TYPE_CHECKING:
+    from engine.backbones.vision.layout import Element, ImageEvidence
+    from engine.runtime.engine import DecisionEngine
+
+SEMANTIC = 10.0
+LEXICAL = 4.0
+ROLE = 2.5
+
+_ROLE_WORDS = {
+    "button": ("button", "btn", "click", "press", "tap", "submit"),
+    "field": ("field", "input", "textbox", "box", "bar", "type", "enter", "fill"),
+    "heading": ("heading", "title", "headline", "header"),
+}
+_ROLE_TEXT = {"button": "button", "field": "input field", "heading": "heading", "text": ""}
+_STOP = {
+    "the", "a", "an", "to", "of", "on", "in", "for", "and", "or", "with", "where", "that",
+    "this", "page", "element", "area", "link", "which", "you", "can", "is", "it", "at", "your",
+    *(w for words in _ROLE_WORDS.values() for w in words),
+}  # fmt: skip
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def words(text: str) -> list[str]:
+    """Lower-case word tokens (``sign-in`` → ``sign``, ``in``)."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def wanted_roles(instructions: str) -> set[str]:
+    """Roles the instructions ask for (``"the search field"`` → ``{"field"}``)."""
+    tokens = set(words(instructions))
+    return {role for role, keys in _ROLE_WORDS.items() if tokens & set(keys)}
+
+
+def _matches(word: str, have: list[str], joined: str) -> bool:
+    if word in joined:  # also inside words OCR ran together ("sendresetlink")
+        return True
+    return any(SequenceMatcher(None, word, h).ratio() >= 0.8 for h in have if len(h) >= 3)
+
+
+def lexical_overlap(instructions: str, text: str) -> float:
+    """How well ``text`` covers the instructions' content words, in [0, 1].
+
+    Recall of the content words (exact, inside run-together words, or a near miss such as
+    OCR's "Verifty"), discounted for long texts that mention a word in passing.
+    """
+    wanted = {w for w in words(instructions) if w not in _STOP and len(w) >= 2}
+    have = words(text)
+    if not wanted or not have:
+        return 0.0
+    joined = "".join(have)
+    recall = sum(_matches(w, have, joined) for w in wanted) / len(wanted)
+    return recall * (0.5 + 0.5 * min(1.0, len(wanted) / len(have)))
+
+
+def describe(element: Element) -> str:
+    """The text a candidate is embedded as."""
+    role = _ROLE_TEXT.get(element.role, "")
+    text = _words_of(element)
+    return f"{text} {role}".strip()
+
+
+def _words_of(element: Element) -> str:
+    if element.label and element.label != element.text:
+        return f"{element.label} {element.text}"
+    return element.text
+
+
+def candidate_logits(
+    engine: DecisionEngine, instructions: str, elements: Sequence[Element]
+) -> torch.Tensor:
+    """One logit per element (see the module docstring for the terms)."""
+    texts = [instructions, *(describe(e) for e in elements)]
+    # The engine's option cache: a page's candidates are embedded once, however many
+    # box questions are asked about it.
+    vectors = torch.nn.functional.normalize(engine._embed(texts).float(), dim=-1)
+    cosine = vectors[1:] @ vectors[0]
+    lexical = torch.tensor([lexical_overlap(instructions, _words_of(e)) for e in elements])
+    roles = wanted_roles(instructions)
+    clash = {"button": "field", "field": "button"}
+    role = torch.tensor(
+        [
+            1.0 if e.role in roles else -1.0 if any(clash.get(r) == e.role for r in roles) else 0.0
+            for e in elements
+        ]
+    )
+    return SEMANTIC * cosine.cpu() + LEXICAL * lexical + ROLE * role
+
+
+def locate(
+    engine: DecisionEngine, instructions: str, evidence: Sequence[ImageEvidence]
+) -> BoxAnswer:
+    """The box of the element ``instructions`` describe, over all images of a request.
+
+    With several images the answer carries ``x_image`` (0-based index of the image whose
+    pixels the box is in). No text anywhere gives ``box=None, confidence=None``.
+    """
+    candidates = [(i, e) for i, ev in enumerate(evidence) for e in ev.elements]
+    if not candidates:
+        return BoxAnswer(box=None, confidence=None)
+    logits = candidate_logits(engine, instructions, [e for _, e in candidates])
+    probs = torch.softmax(logits.double(), dim=0)
+    best = int(torch.argmax(probs))
+    image, element = candidates[best]
+    left, top, right, bottom = element.region
+    answer = BoxAnswer(
+        box=BoxCoords(
+            top=round(top, 1), bottom=round(bottom, 1), left=round(left, 1), right=round(right, 1)
+        ),
+        confidence=float(probs[best]),
+    )
+    if len(evidence) > 1:
+        answer.x_image = image  # type: ignore[attr-defined]
+    return answer

@@ -1,0 +1,192 @@
+"""Images through the real engine: OCR evidence, the wire format's assets, box answers,
+and the optional CLIP fusion on a tiny random CLIP built in code."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image, ImageDraw, ImageFont
+
+from engine import Box, BoxAnswer, Choice, DecisionEngine, DecisionRequest
+from engine.backbones.vision import VisionBackbone
+from engine.backbones.vision.requests import fuse
+
+pytest.importorskip("rapidocr_onnxruntime")
+pytestmark = pytest.mark.integration
+
+PAGE = Choice(
+    instructions="What kind of page is this?",
+    criteria={
+        "login": "a sign-in form with email and password",
+        "article": "a news article with paragraphs",
+        "error": "an error page: page not found",
+    },
+)
+BUTTON = (480, 420, 800, 465)  # left, top, right, bottom of the drawn sign-in button
+
+
+def draw_login() -> Image.Image:
+    img = Image.new("RGB", (1280, 800), "white")
+    d = ImageDraw.Draw(img)
+    big, small = ImageFont.load_default(size=34), ImageFont.load_default(size=18)
+    d.text((480, 150), "Sign in to Acme", fill="black", font=big)
+    d.text((480, 240), "Email address", fill="#333", font=small)
+    d.rectangle((480, 265, 800, 305), outline="#999", width=1)
+    d.text((490, 275), "you@example.com", fill="#999", font=small)
+    d.text((480, 330), "Password", fill="#333", font=small)
+    d.rectangle((480, 355, 800, 395), outline="#999", width=1)
+    d.rounded_rectangle(BUTTON, radius=6, fill="#2563eb")
+    d.text((610, 432), "Sign in", fill="white", font=small)
+    d.text((480, 490), "Forgot password?", fill="#2563eb", font=small)
+    return img
+
+
+def draw_error() -> Image.Image:
+    img = Image.new("RGB", (1280, 800), "#f5f5f5")
+    d = ImageDraw.Draw(img)
+    d.text((520, 250), "404", fill="#b91c1c", font=ImageFont.load_default(size=90))
+    d.text((470, 380), "Page not found", fill="black", font=ImageFont.load_default(size=36))
+    return img
+
+
+def png(img: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def login_png() -> bytes:
+    return png(draw_login())
+
+
+def inside(answer: BoxAnswer, x: float, y: float) -> bool:
+    assert answer.box is not None
+    return answer.box.left <= x <= answer.box.right and answer.box.top <= y <= answer.box.bottom
+
+
+def test_screenshot_classified_and_button_located(engine, login_png) -> None:
+    result = engine.decide(
+        login_png,
+        {
+            "page": PAGE,
+            "button": Box(instructions="the sign-in button"),
+            "email": Box(instructions="the email field"),
+        },
+    )
+    assert result.answers["page"].choice == "login"
+    assert abs(sum(result.answers["page"].probabilities.values()) - 1.0) < 1e-6
+    button = result.answers["button"]
+    assert inside(button, (BUTTON[0] + BUTTON[2]) / 2, (BUTTON[1] + BUTTON[3]) / 2)
+    # The layout analysis widens the text box to the whole drawn button.
+    assert button.box.left <= BUTTON[0] + 2 and button.box.right >= BUTTON[2] - 2
+    assert 0.0 < button.confidence <= 1.0
+    assert inside(result.answers["email"], 640, 285)
+    assert list(result.answers) == ["page", "button", "email"]
+    assert result.to_wire()["answers"]["button"]["box"].keys() == {"top", "bottom", "left", "right"}
+
+
+def test_two_screens_get_different_answers(engine, login_png) -> None:
+    out = engine.decide_batch([login_png, png(draw_error())], {"page": PAGE})
+    assert [r.answers["page"].choice for r in out] == ["login", "error"]
+
+
+def test_every_input_kind_gives_the_same_decision(engine, login_png, tmp_path: Path) -> None:
+    path = tmp_path / "login.png"
+    path.write_bytes(login_png)
+    b64 = base64.b64encode(login_png).decode()
+    states = [login_png, path, str(path), b64, f"data:image/png;base64,{b64}",
+              Image.open(io.BytesIO(login_png))]  # fmt: skip
+    probs = [engine.decide(s, {"page": PAGE}).answers["page"].probabilities for s in states]
+    for p in probs[1:]:
+        assert p == pytest.approx(probs[0], abs=1e-6)
+
+
+def test_wire_assets_with_placeholders_in_state_and_instructions(engine, login_png) -> None:
+    key = "<image:" + "ab" * 16 + ">"
+    asset = {"type": "image", "format": "png", "data_base64": base64.b64encode(login_png).decode()}
+    wire = {
+        "model": "clef-minilm-l6",
+        "state": {"task": "log in to the shop", "screen": f"current screen: {key}"},
+        "questions": {
+            "page": PAGE.model_dump(),
+            "ready": {"type": "noul", "instructions": f"Does {key} show a password field?"},
+            "button": {"type": "box", "instructions": f"the sign-in button in {key}"},
+        },
+        "assets": {key: asset},
+    }
+    result = engine.decide(DecisionRequest.parse(wire))
+    assert result.answers["page"].choice == "login"
+    assert 0.0 <= result.answers["ready"].noul <= 1.0
+    assert inside(result.answers["button"], 640, 442)
+    # The OCR text stands in for the image in the rendered state.
+    assert result.usage.input_tokens > 20
+
+
+def test_image_inside_chat_message_content(engine, login_png) -> None:
+    b64 = base64.b64encode(login_png).decode()
+    messages = [
+        {"role": "user", "content": [
+            {"type": "text", "text": "What am I looking at?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64}"}},
+        ]},
+    ]  # fmt: skip
+    assert engine.decide(messages, {"page": PAGE}).answers["page"].choice == "login"
+
+
+def test_blank_image_has_no_box(engine) -> None:
+    blank = png(Image.new("RGB", (320, 200), "white"))
+    result = engine.decide(blank, {"b": Box(instructions="the sign-in button"), "page": PAGE})
+    assert result.answers["b"].box is None and result.answers["b"].confidence is None
+    assert abs(sum(result.answers["page"].probabilities.values()) - 1.0) < 1e-6
+
+
+def test_fusion_is_log_linear() -> None:
+    p_text = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
+    p_image = torch.tensor([0.1, 0.8, 0.1], dtype=torch.float64)
+    assert torch.allclose(fuse(p_text, p_image, 0.0), p_text)
+    assert torch.allclose(fuse(p_text, p_image, 1.0), p_image)
+    mid = fuse(p_text, p_image, 0.5)
+    expected = torch.sqrt(p_text * p_image)
+    assert torch.allclose(mid, expected / expected.sum())
+
+
+@pytest.fixture(scope="module")
+def clip_engine(tmp_path_factory) -> DecisionEngine:
+    from engine.backbones.vision.testing import write_tiny_clip
+    from engine.testing import tiny_encoder
+
+    clip_dir = write_tiny_clip(tmp_path_factory.mktemp("tiny-clip"))
+    backbone = VisionBackbone(text=tiny_encoder(max_length=64), clip_path=clip_dir, device="cpu")
+    return DecisionEngine(backbone)
+
+
+def test_tiny_clip_alone_decides_images_without_text(clip_engine) -> None:
+    """No OCR text: the image encoder's distribution is the answer (weight 1)."""
+    img = Image.new("RGB", (200, 120), (200, 40, 40))
+    result = clip_engine.decide(png(img), {"page": PAGE})
+    encoder = clip_engine.backbone.vision.image_encoder
+    prepared = clip_engine.prepare_question(PAGE)
+    expected = encoder.probabilities([img], prepared.texts)[0]
+    got = torch.tensor(list(result.answers["page"].probabilities.values()), dtype=torch.float64)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_tiny_clip_is_fused_with_ocr_text(clip_engine, login_png) -> None:
+    vision = clip_engine.backbone.vision
+    fused = clip_engine.decide(login_png, {"page": PAGE}).answers["page"].probabilities
+    encoder, vision.image_encoder = vision.image_encoder, None
+    try:
+        vision._cache.clear()
+        text_only = clip_engine.decide(login_png, {"page": PAGE}).answers["page"].probabilities
+    finally:
+        vision.image_encoder = encoder
+        vision._cache.clear()
+    assert abs(sum(fused.values()) - 1.0) < 1e-6
+    assert fused != pytest.approx(text_only, abs=1e-4)
+    assert clip_engine.backbone.config()["kind"] == "vision"
+    assert "clip_path" in clip_engine.backbone.config()
