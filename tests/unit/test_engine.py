@@ -156,8 +156,8 @@ def test_state_cap_is_enforced(tiny_engine):
     assert info.value.field == "state" and info.value.limit == 50
 
 
-def test_box_needs_vision_and_assets_are_refused(tiny_engine):
-    with pytest.raises(UnsupportedQuestionError, match="vision") as info:
+def test_box_on_a_text_state_is_unsupported(tiny_engine):
+    with pytest.raises(UnsupportedQuestionError, match="no image") as info:
         tiny_engine.decide("a page", {"where": Box(instructions="the sign-in button")})
     assert info.value.field == "questions.where"
 

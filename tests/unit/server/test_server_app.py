@@ -131,14 +131,15 @@ async def test_any_model_flag_accepts_other_names(make_app: Any, h: Any) -> None
     assert r.json()["model"] == app.state.clef.model_name
 
 
-async def test_box_without_vision_is_4xx(make_app: Any, h: Any) -> None:
+async def test_box_without_an_image_is_4xx(make_app: Any, h: Any) -> None:
     async with h.client(make_app()) as c:
         r = await c.post(
             "/v1/systemone",
             json={"state": "x", "questions": {"b": {"type": "box", "instructions": "the button"}}},
         )
     assert 400 <= r.status_code < 500
-    assert "vision" in json.dumps(r.json())
+    assert r.json()["detail"]["error_type"] == "unsupported_question"
+    assert "no image" in r.json()["detail"]["message"]
 
 
 async def test_auth_bearer_constant_time(make_app: Any, h: Any) -> None:
@@ -228,11 +229,19 @@ async def test_slow_body_408(make_app: Any, h: Any) -> None:
 
 
 async def test_multipart_request_part_and_assets(make_app: Any, h: Any) -> None:
-    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48), "white").save(buffer, format="PNG")
+    png = buffer.getvalue()
+    placeholder = "<image:" + "a" * 32 + ">"
     request = {
         **h.valid_request(),
-        "assets": {"<image:" + "a" * 32 + ">": {"type": "image", "part": "asset-0"}},
+        "assets": {placeholder: {"type": "image", "part": "asset-0"}},
     }
+    request["state"] = f"{request['state']} {placeholder}"
     boundary = "b0undary"
     body = (
         (
@@ -253,12 +262,17 @@ async def test_multipart_request_part_and_assets(make_app: Any, h: Any) -> None:
     ).encode()
     async with h.client(make_app()) as c:
         with_image = await c.post("/v1/systemone", content=body, headers=headers)
+        truncated = await c.post(
+            "/v1/systemone", content=body.replace(png, png[:20]), headers=headers
+        )
         plain = await c.post("/v1/systemone", content=body_plain, headers=headers)
         broken = await c.post("/v1/systemone", content=b"--nope", headers=headers)
     assert plain.status_code == 200 and set(plain.json()["answers"]) == {"team", "refund", "anger"}
-    # Until the vision backbone lands, image assets are a 422 that names the extra.
-    assert with_image.status_code == 422
-    assert "vision" in json.dumps(with_image.json())
+    # The image part becomes the placeholder's asset; a truncated image is a 422 naming it.
+    assert with_image.status_code == 200, with_image.text
+    assert set(with_image.json()["answers"]) == {"team", "refund", "anger"}
+    assert truncated.status_code == 422
+    assert truncated.json()["detail"][0]["loc"][-1] == placeholder
     assert 400 <= broken.status_code < 500
 
 
