@@ -31,17 +31,39 @@ def default_engine() -> Any:
 
 
 def extract_state(value: Any, state_from: StateFrom) -> Any:
-    """Pull the decision state out of an adapter's input."""
+    """Pull the decision state out of an adapter's input.
+
+    A sync Playwright page is screenshotted and LlamaIndex image objects give their image
+    (see :func:`clef_agents.vision.as_state`); an async page must be awaited first with
+    ``await clef_agents.vision.aas_state(page)``.
+    """
     if state_from is None:
-        return value
-    if callable(state_from):
-        return state_from(value)
-    if isinstance(value, Mapping) and state_from in value:
-        return value[state_from]
-    state = getattr(value, state_from, None)
-    if state is None:
-        raise InvalidRequestError(f"the input has no {state_from!r} to decide on", field="state")
-    return state
+        state = value
+    elif callable(state_from):
+        state = state_from(value)
+    elif isinstance(value, Mapping) and state_from in value:
+        state = value[state_from]
+    else:
+        state = getattr(value, state_from, None)
+        if state is None:
+            raise InvalidRequestError(
+                f"the input has no {state_from!r} to decide on", field="state"
+            )
+    return _browser_state(state)
+
+
+def _browser_state(state: Any) -> Any:
+    if isinstance(state, (str, bytes, Mapping, list, tuple)):
+        return state
+    from clef_agents.vision import as_state
+
+    try:
+        return as_state(state)
+    except TypeError as exc:  # an async Playwright page in a sync code path
+        raise InvalidRequestError(
+            f"{exc}; screenshot it first with `await clef_agents.vision.aas_state(page)`",
+            field="state",
+        ) from None
 
 
 def as_choice(question: Any, *, instructions: str = "Which route fits the input best?") -> Choice:

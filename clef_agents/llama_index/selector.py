@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.base_selector import BaseSelector, MultiSelection, SingleSelection
@@ -138,13 +139,32 @@ class _ClefSelectorBase(BaseSelector):
 
     def _select(self, choices: Sequence[ToolMetadata], query: QueryBundle) -> ClefSelectorResult:
         names, questions = self._question(choices)
-        return self._result(names, self.engine.decide(query.query_str, questions))
+        return self._result(names, self.engine.decide(query_state(query), questions))
 
     async def _aselect(
         self, choices: Sequence[ToolMetadata], query: QueryBundle
     ) -> ClefSelectorResult:
         names, questions = self._question(choices)
-        return self._result(names, await self.engine.adecide(query.query_str, questions))
+        return self._result(names, await self.engine.adecide(query_state(query), questions))
+
+
+def query_state(query: QueryBundle) -> Any:
+    """The state for a query: its text, plus its image when the bundle has ``image_path``."""
+    image_path = getattr(query, "image_path", None)
+    if not image_path:
+        return query.query_str
+    image = Path(image_path)
+    if not query.query_str.strip():
+        return image
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": query.query_str},
+                {"type": "image", "image": image},
+            ],
+        }
+    ]
 
 
 class ClefSelector(_ClefSelectorBase):

@@ -190,3 +190,43 @@ def test_tiny_clip_is_fused_with_ocr_text(clip_engine, login_png) -> None:
     assert fused != pytest.approx(text_only, abs=1e-4)
     assert clip_engine.backbone.config()["kind"] == "vision"
     assert "clip_path" in clip_engine.backbone.config()
+
+
+class _SyncPage:
+    """Duck-typed like a sync Playwright Page (the adapters never import Playwright)."""
+
+    def __init__(self, shot: bytes) -> None:
+        self.shot = shot
+
+    def goto(self, url: str) -> None:  # pragma: no cover - never navigated here
+        raise AssertionError(url)
+
+    def screenshot(self, full_page: bool = False) -> bytes:
+        return self.shot
+
+
+def test_langchain_decision_takes_a_page_or_screenshot(engine, login_png) -> None:
+    pytest.importorskip("langchain_core")
+    from clef_agents.langchain import ClefDecision
+
+    decision = ClefDecision(questions={"page": PAGE}, engine=engine)
+    from_page = decision.invoke(_SyncPage(login_png)).answers["page"]
+    from_bytes = decision.invoke(login_png).answers["page"]
+    assert from_page.choice == "login"
+    assert from_page.probabilities == pytest.approx(from_bytes.probabilities, abs=1e-6)
+
+
+def test_llama_index_query_bundle_with_image_path(engine, login_png, tmp_path: Path) -> None:
+    pytest.importorskip("llama_index.core")
+    from llama_index.core.schema import QueryBundle
+
+    from clef_agents.llama_index.selector import query_state
+
+    path = tmp_path / "shot.png"
+    path.write_bytes(login_png)
+    assert query_state(QueryBundle(query_str="hello")) == "hello"
+    image_only = query_state(QueryBundle(query_str="", image_path=str(path)))
+    assert image_only == path
+    with_text = query_state(QueryBundle(query_str="what page is this?", image_path=str(path)))
+    result = engine.decide(with_text, {"page": PAGE})
+    assert result.answers["page"].choice == "login"
