@@ -17,6 +17,8 @@ from engine.errors import ClefError
 
 COMMANDS = [
     "clef_agents.cli.decide",
+    "clef_agents.cli.finetune",
+    "clef_agents.cli.calibrate",
 ]
 """Modules that register a subcommand, in help order."""
 

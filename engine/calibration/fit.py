@@ -23,6 +23,8 @@ from engine.calibration.temperature import Calibrator, fit_temperature, key
 
 MIN_HISTOGRAM_ITEMS = 50
 """Fewer held-out items than this in a group: temperature only (bins would be noise)."""
+MIN_TEMPERATURE_ITEMS = 10
+"""Fewer than this: keep the base temperature (a handful of items can push T to 0)."""
 
 
 def fit_calibrator(
@@ -60,6 +62,8 @@ def fit_calibrator(
     for k, idx in groups.items():
         rows = [logits[i].detach().double().flatten() for i in idx]
         ys = [int(labels[i]) for i in idx]
+        if len(idx) < MIN_TEMPERATURE_ITEMS:
+            continue
         t = fit_temperature(rows, ys)
         cal.temperatures[k] = t
         cal.histograms.pop(k, None)

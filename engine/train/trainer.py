@@ -40,7 +40,13 @@ from engine.backbones.encoder import EncoderBackbone
 from engine.calibration.fit import fit_calibrator
 from engine.calibration.metrics import expected_calibration_error
 from engine.errors import require
-from engine.heads.option_evidence import HEAD_FILE, HeadConfig, OptionEvidenceHead, fingerprint
+from engine.heads.option_evidence import (
+    HEAD_FILE,
+    HeadConfig,
+    OptionEvidenceHead,
+    fingerprint,
+    pad_tokens,
+)
 from engine.heads.zero_shot import option_texts
 from engine.runtime.adapter import ADAPTER_DIR
 from engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
@@ -164,7 +170,8 @@ class Trainer:
 
     # -- model ---------------------------------------------------------------------------
 
-    def _build(self, data: TrainingSet) -> None:
+    def build(self, data: TrainingSet) -> None:
+        """Load the backbone, register the questions in the head, attach LoRA."""
         cfg = self.config
         torch.manual_seed(cfg.seed)
         if isinstance(self._backbone_arg, EncoderBackbone):
@@ -206,6 +213,7 @@ class Trainer:
             for p in self.model.parameters():
                 p.requires_grad_(False)
         self.model.to(self.device)
+        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _trainable(self) -> dict[str, torch.nn.Parameter]:
         out = {f"head.{n}": p for n, p in self.head.named_parameters() if p.requires_grad}
@@ -216,7 +224,24 @@ class Trainer:
         return out
 
     def features(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(token states [B, L, H], mask [B, L], pooled [B, H])`` as the engine computes them."""
+        """``(token states [B, L, H], mask [B, L], pooled [B, H])`` as the engine computes them.
+
+        With a frozen backbone (``lora_rank=0``) each text is encoded once and cached, so
+        later epochs only run the head.
+        """
+        if self.config.lora_rank > 0:
+            return self._forward(texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        with torch.no_grad():
+            for start in range(0, len(missing), 64):
+                chunk = missing[start : start + 64]
+                hidden, mask, pooled = self._forward(chunk)
+                for i, text in enumerate(chunk):
+                    self._cache[text] = (hidden[i, : int(mask[i].sum())].clone(), pooled[i].clone())
+        tokens, mask = pad_tokens([self._cache[t][0] for t in texts])
+        return tokens, mask, torch.stack([self._cache[t][1] for t in texts])
+
+    def _forward(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         tok = self.backbone.tokenizer
         enc = tok(
             texts,
@@ -271,7 +296,7 @@ class Trainer:
         if len(data) == 0:
             raise TrainingDataError("no training examples", field="data")
         train, val = split(data, cfg.val_fraction, seed=cfg.seed)
-        self._build(data)
+        self.build(data)
         params = self._trainable()
         groups = [
             {"params": [p for n, p in params.items() if n.startswith("head.")], "lr": cfg.head_lr},
@@ -306,7 +331,7 @@ class Trainer:
             order = list(range(len(train)))
             rng.shuffle(order)
             torch.manual_seed(cfg.seed * 1000 + epoch)
-            self.model.train()
+            self.model.train(cfg.lora_rank > 0)  # a frozen backbone stays deterministic
             self.head.train()
             running = 0.0
             bar = tqdm(

@@ -40,7 +40,9 @@ def test_fit_calibrator_lowers_ece_on_an_overconfident_set() -> None:
 
 def test_histogram_binning_keeps_rows_normalised_and_argmax() -> None:
     logits, labels = overconfident(seed=1)
-    cal = fit_calibrator(list(logits[:1000]), labels[:1000].tolist(), ["choice"] * 1000, histogram=True)
+    cal = fit_calibrator(
+        list(logits[:1000]), labels[:1000].tolist(), ["choice"] * 1000, histogram=True
+    )
     assert "choice/b4" in cal.histograms
     probs = torch.softmax(cal.scale(logits[1000:].double(), "choice", 10), -1)
     adjusted = cal.adjust(probs, "choice", 10)

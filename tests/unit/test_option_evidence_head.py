@@ -97,10 +97,12 @@ def test_save_load_round_trip(tmp_path) -> None:
     options = head.option_vectors("choice", ["a", "b", "c"], None)
     assert torch.allclose(
         head(tokens, mask, pooled, options, "choice"),
-        again(tokens, mask, pooled, again.option_vectors("choice", ["a", "b", "c"], None), "choice"),
+        again(
+            tokens, mask, pooled, again.option_vectors("choice", ["a", "b", "c"], None), "choice"
+        ),
     )
     (tmp_path / "head.safetensors").unlink()
-    with pytest.raises(ModelLoadError, match="head.safetensors"):
+    with pytest.raises(ModelLoadError, match=r"head\.safetensors"):
         OptionEvidenceHead.load(tmp_path, description)
 
 

@@ -60,7 +60,9 @@ def test_empty_data_is_refused(tmp_path) -> None:
 
 
 def test_one_label_is_refused(tmp_path) -> None:
-    with pytest.raises(TrainingDataError, match="only one label .'a'.; training needs at least 2"):
+    with pytest.raises(
+        TrainingDataError, match=r"only one label \('a'\); training needs at least 2"
+    ):
         load_training_data(write(tmp_path, "d.csv", "text,label\nx,a\ny,a\n"))
 
 
