@@ -155,7 +155,10 @@ class DecisionEngine:
     def model_version(self) -> str:
         """``name@hash`` of the backbone reference and calibration: changes with the weights."""
         if self._version is None:
-            parts = {"backbone": self.backbone.config(), "calibration": self.calibrator.to_dict()}
+            parts: dict[str, Any] = {
+                "backbone": self.backbone.config(),
+                "calibration": self.calibrator.to_dict(),
+            }
             if getattr(self.head, "fingerprint", None):  # trained head weights
                 parts["head"] = getattr(self.head, "fingerprint", None)
             payload = json.dumps(parts, sort_keys=True)

@@ -232,7 +232,8 @@ def load_data(
                     field=f"data.{lcol}",
                 )
             built[qid] = Choice(
-                instructions=instructions or DEFAULT_INSTRUCTIONS, criteria=sorted(labels)
+                instructions=instructions or DEFAULT_INSTRUCTIONS,
+                criteria=dict.fromkeys(sorted(labels)),
             )
     by_state: dict[str, Example] = {}
     for n, (state, qid, label) in enumerate(triples, start=1):

@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -55,9 +57,7 @@ def decision_loss(
     return loss
 
 
-def partial_credit(
-    question_type: str, n: int, similarity: torch.Tensor | None = None
-) -> torch.Tensor:
+def partial_credit(question_type: str, n: int, similarity: Any = None) -> torch.Tensor:
     """``[n, n]`` credit of answering column ``a`` when the truth is row ``y``.
 
     1 on the diagonal; for ``score`` ``1 - |a - y| / (n - 1)``; for ``choice`` the user's

@@ -388,16 +388,16 @@ class Trainer:
         validation: dict[str, float] = {}
         calibration = None
         if val.examples:
-            metrics, logits, labels, types = self.evaluate(val)
+            metrics, val_logits, labels, types = self.evaluate(val)
             calibration = fit_calibrator(
-                logits,
+                val_logits,
                 labels,
                 types,
                 histogram=cfg.histogram,
                 source=f"validation split ({len(val)} states) of {data.source or 'training data'}",
             )
             validation = dict(metrics)
-            validation["ece_calibrated"] = _ece_after(calibration, logits, labels, types)
+            validation["ece_calibrated"] = _ece_after(calibration, val_logits, labels, types)
         self._write(
             out,
             data,
@@ -621,10 +621,10 @@ class Trainer:
                 "states": len(data),
                 "questions": {
                     q: {
-                        "type": str(v.type),
+                        "type": str(getattr(v, "type", "")),
                         "options": len(data.names(q)),
-                        "fingerprint": fingerprint(str(v.type), data.names(q)),
-                    }  # type: ignore[attr-defined]
+                        "fingerprint": fingerprint(str(getattr(v, "type", "")), data.names(q)),
+                    }
                     for q, v in data.questions.items()
                 },
             },
