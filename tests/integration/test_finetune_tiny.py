@@ -196,3 +196,15 @@ def test_bad_configs_and_missing_peft(backbone_dir, tmp_path, monkeypatch) -> No
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'clef-agents\[train\]'"):
         Trainer(config(), backbone=str(backbone_dir)).fit(dataset(n=6), tmp_path)
+
+
+def test_rl_stage_runs_with_partial_credit(backbone_dir, tmp_path) -> None:
+    sim = [[1.0, 0.5, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    cfg = config(epochs=1, lora_rank=0, rl_epochs=1, similarity={"route": sim})
+    result = Trainer(cfg, backbone=str(backbone_dir)).fit(dataset(n=30), tmp_path)
+    rl = [h for h in result.history if "rl_loss" in h]
+    assert len(rl) == 1 and rl[0]["epoch"] == 2
+    assert "val_accuracy" in rl[0]
+    engine = DecisionEngine.from_pretrained(tmp_path, device="cpu")
+    probs = engine.decide("refund", {"r": QUESTIONS["route"]}).answers["r"].probabilities
+    assert sum(probs.values()) == pytest.approx(1.0)
