@@ -22,7 +22,7 @@ EPILOG = """examples:
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "calibrate",
-        help="fit the calibration of a model dir on held-out labelled data",
+        help="calibrate a model dir on held-out labelled data",
         description=(
             "Fit a temperature per (question type, option-count bucket), optionally "
             "histogram binning, on labelled data, and save it into the model dir."
