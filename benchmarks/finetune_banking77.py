@@ -178,7 +178,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    sections = args.only or ["fewshot", "ablations", "full"]
+    sections = args.only or ["fewshot", "ablations", "full-head-only", "full"]
     root = data_dir()
     train = load_training_data(root / "train.csv", label_col="category")
     questions = {"category": train.questions["category"]}
@@ -245,12 +245,14 @@ def main() -> None:
             ]
             save("ablations_10shot_seed0", {"table": table, "runs": rows})  # after each run
 
-    if "full" in sections or "full-head-only" in sections:
-        data = sample_per_label(train, 5, seed=0) if args.quick else train
-        name, kw = "full", {"histogram": True}
-        if "full-head-only" in sections:
-            name, kw = "full_head_only", {"histogram": True, "lora_rank": 0, "epochs": 10}
-        save(name, run(name, data, test, config(**kw), int8=not args.no_int8))
+    full_runs = {
+        "full-head-only": ("full_head_only", {"histogram": True, "lora_rank": 0, "epochs": 10}),
+        "full": ("full", {"histogram": True}),
+    }
+    for section, (name, kw) in full_runs.items():
+        if section in sections:
+            data = sample_per_label(train, 5, seed=0) if args.quick else train
+            save(name, run(name, data, test, config(**kw), int8=not args.no_int8))
 
 
 if __name__ == "__main__":
