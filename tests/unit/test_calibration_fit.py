@@ -75,11 +75,15 @@ def test_calibrator_round_trips_histograms_and_old_dicts_still_load() -> None:
 
 
 def test_fit_calibrator_groups_by_bucket_and_keeps_base_keys() -> None:
-    two = [torch.tensor([3.0, 0.0]), torch.tensor([0.0, 3.0]), torch.tensor([3.0, 0.0])]
-    five = [torch.tensor([5.0, 0, 0, 0, 0])] * 3
-    base = Calibrator({"noul/b1": 0.3}, {"noul/one_sided": 0.2}, "bundled")
-    cal = fit_calibrator(two + five, [0, 1, 1, 0, 1, 2], ["choice"] * 6, base=base)
-    assert set(cal.temperatures) == {"noul/b1", "choice/b1", "choice/b3"}
+    two = [torch.tensor([3.0, 0.0]), torch.tensor([0.0, 3.0])] * 6
+    five = [torch.tensor([5.0, 0, 0, 0, 0])] * 12
+    tiny = [torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])] * 3
+    base = Calibrator({"noul/b1": 0.3, "choice/b5": 0.7}, {"noul/one_sided": 0.2}, "bundled")
+    labels = [0, 1] * 3 + [1, 0] * 3 + [0, 1, 2] * 4 + [0, 1, 2]
+    cal = fit_calibrator(two + five + tiny, labels, ["choice"] * 27, base=base)
+    assert set(cal.temperatures) == {"noul/b1", "choice/b1", "choice/b3", "choice/b5"}
+    # Three held-out items are too few to move a temperature: the base value stays.
+    assert cal.temperatures["choice/b5"] == 0.7
     assert cal.bias("noul/one_sided") == 0.2
     with pytest.raises(ValueError, match="as many"):
-        fit_calibrator(two, [0], ["choice"] * 3)
+        fit_calibrator(two, [0], ["choice"] * 12)
