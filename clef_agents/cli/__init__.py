@@ -20,6 +20,8 @@ COMMANDS = [
     "clef_agents.cli.eval",
     "clef_agents.cli.serve",
     "clef_agents.cli.batch",
+    "clef_agents.cli.finetune",
+    "clef_agents.cli.calibrate",
 ]
 """Modules that register a subcommand, in help order."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from engine.calibration.fit import fit_calibrator
+from engine.calibration.histogram import HistogramBinning
 from engine.calibration.metrics import (
     accuracy,
     brier_score,
@@ -15,10 +17,12 @@ from engine.calibration.temperature import Calibrator, bucket, fit_temperature, 
 
 __all__ = [
     "Calibrator",
+    "HistogramBinning",
     "accuracy",
     "brier_score",
     "bucket",
     "expected_calibration_error",
+    "fit_calibrator",
     "fit_temperature",
     "fit_threshold",
     "macro_f1",

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from engine.calibration.histogram import HistogramBinning
+
 DEFAULT_TEMPERATURE = 1.0
 BUNDLED = Path(__file__).resolve().parent.parent / "data" / "zero_shot_calibration.json"
 """Zero-shot temperatures for the embedded model; see ``benchmarks/fit_zero_shot.py``."""
@@ -48,6 +50,9 @@ class Calibrator:
     """Thresholds for one-sided scores, keyed like temperatures (``noul/one_sided``)."""
     source: str = "identity"
     """Where the numbers came from (a data set and command), kept in ``config.json``."""
+    histograms: dict[str, Any] = field(default_factory=dict)
+    """Optional top-label histogram binning after the temperature, keyed like temperatures
+    (:class:`engine.calibration.histogram.HistogramBinning`); applied by :meth:`adjust`."""
 
     def temperature(self, question_type: str, n_options: int) -> float:
         exact = key(question_type, n_options)
@@ -78,12 +83,20 @@ class Calibrator:
     def scale(self, logits: torch.Tensor, question_type: str, n_options: int) -> torch.Tensor:
         return logits / self.temperature(question_type, n_options)
 
+    def adjust(self, probs: torch.Tensor, question_type: str, n_options: int) -> torch.Tensor:
+        """Histogram binning of softmax output, where fitted for this type/bucket."""
+        binning = self.histograms.get(key(question_type, n_options))
+        return probs if binning is None else binning.apply(probs)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "temperatures": dict(sorted(self.temperatures.items())),
             "biases": dict(sorted(self.biases.items())),
             "source": self.source,
         }
+        if self.histograms:
+            out["histograms"] = {k: v.to_dict() for k, v in sorted(self.histograms.items())}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibrator:
@@ -91,6 +104,10 @@ class Calibrator:
             {str(k): float(v) for k, v in data.get("temperatures", {}).items()},
             {str(k): float(v) for k, v in data.get("biases", {}).items()},
             str(data.get("source", "unknown")),
+            {
+                str(k): HistogramBinning.from_dict(v)
+                for k, v in (data.get("histograms") or {}).items()
+            },
         )
 
     @classmethod

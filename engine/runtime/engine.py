@@ -162,10 +162,13 @@ class DecisionEngine:
     def model_version(self) -> str:
         """``name@hash`` of the backbone reference and calibration: changes with the weights."""
         if self._version is None:
-            payload = json.dumps(
-                {"backbone": self.backbone.config(), "calibration": self.calibrator.to_dict()},
-                sort_keys=True,
-            )
+            parts: dict[str, Any] = {
+                "backbone": self.backbone.config(),
+                "calibration": self.calibrator.to_dict(),
+            }
+            if getattr(self.head, "fingerprint", None):  # trained head weights
+                parts["head"] = getattr(self.head, "fingerprint", None)
+            payload = json.dumps(parts, sort_keys=True)
             digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
             self._version = f"{self.model_name}@{digest}"
         return self._version
@@ -277,6 +280,8 @@ class DecisionEngine:
         state is encoded once per request and the head scores the options.
         """
         custom = getattr(self.backbone, "score_requests", None)
+        if custom is None:  # a trained head (engine.heads.trained) scores by itself too
+            custom = getattr(self.head, "score_requests", None)
         if custom is not None:
             return list(custom(self, texts, requests))
         encoded = self.backbone.encode(texts, return_tokens=self.head.needs_token_states)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from engine.backbones import PACKAGED
 from engine.calibration.temperature import Calibrator
 from engine.errors import ModelLoadError
+from engine.runtime.adapter import ADAPTER_DIR
 
 if TYPE_CHECKING:
     from engine.runtime.engine import DecisionEngine
@@ -103,11 +104,60 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
     kwargs.setdefault("calibrator", Calibrator.from_dict(data.get("calibration") or {}))
     if "model_name" in data:
         kwargs.setdefault("model_name", data["model_name"])
+    if data.get("head") or (directory / ADAPTER_DIR).is_dir():
+        return _load_trained(cls, directory, data, kind, path, kwargs)
     engine = cls(path=path, **kwargs)
     adapter = directory / "adapter"
     if adapter.is_dir() and hasattr(engine.backbone, "load_adapter"):
         engine.backbone.load_adapter(adapter)
         engine._version = None  # the version follows the adapter weights
+    return engine
+
+
+def _load_trained(
+    cls: type[DecisionEngine],
+    directory: Path,
+    data: dict[str, Any],
+    kind: str,
+    path: str,
+    kwargs: dict[str, Any],
+) -> DecisionEngine:
+    """A fine-tuned model: LoRA merged into the backbone, the trained head on top."""
+    from engine.backbones import load_backbone
+    from engine.heads.option_evidence import HEAD_FILE, OptionEvidenceHead
+    from engine.heads.trained import TrainedHead, weights_digest
+    from engine.runtime.adapter import merge_lora
+
+    kwargs.pop("backbone", None)
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    quantize = kwargs.pop("quantize", None)
+    backbone = load_backbone(kind, path, device=device, dtype=dtype)
+    if (directory / ADAPTER_DIR).is_dir():
+        merge_lora(backbone.model, directory / ADAPTER_DIR)  # type: ignore[attr-defined]
+    if quantize is not None:
+        from engine.backbones.encoder import _quantize_int8
+
+        if quantize != "int8" or backbone.device.type != "cpu":
+            raise ValueError("quantize: only 'int8' on the CPU is supported")
+        backbone.model = _quantize_int8(backbone.model)  # type: ignore[attr-defined]
+        backbone.quantize = "int8"  # type: ignore[attr-defined]
+    engine = cls(backbone, **kwargs)
+    info = data.get("head")
+    if info:
+        module = OptionEvidenceHead.load(directory, info).to(backbone.device)
+
+        def base_engine() -> DecisionEngine:
+            return cls(kind, path, device=device, dtype=dtype, quantize=quantize, warmup=False)
+
+        engine.head = TrainedHead(  # type: ignore[assignment]
+            module,
+            engine.calibrator,
+            base_engine=base_engine,
+            scope=str(info.get("scope", "trained")),
+            digest=weights_digest(directory / HEAD_FILE),
+        )
+        engine.head.adapter_source = directory / ADAPTER_DIR  # type: ignore[attr-defined]
+        engine._version = None
     return engine
 
 
@@ -126,6 +176,9 @@ def save(engine: DecisionEngine, directory: Path, *, copy_backbone: bool = False
         "backbone": backbone,
         "calibration": engine.calibrator.to_dict(),
     }
+    save_head = getattr(engine.head, "save", None)
+    if save_head is not None:  # a trained head: head.safetensors (+ adapter/)
+        config["head"] = save_head(directory)
     (directory / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     if getattr(engine.backbone, "has_adapter", False):
         engine.backbone.save_adapter(directory / "adapter")  # type: ignore[attr-defined]

@@ -1,0 +1,259 @@
+"""Fine-tuning on BANKING77: full training set, 10-shot x 3 seeds, int8, ablations.
+
+Trains with ``engine.train`` on ``../shared/data/banking77/train.csv`` only (the
+validation split for early stopping and calibration is carved from it), then evaluates
+on ``test.csv`` through ``DecisionEngine.from_pretrained`` (fp32 and int8), so the numbers
+are those a user of the saved model dir gets.
+
+Usage::
+
+    python benchmarks/finetune_banking77.py                    # everything (CPU: ~1 h)
+    python benchmarks/finetune_banking77.py --only fewshot     # 10-shot x 3 seeds
+    python benchmarks/finetune_banking77.py --only ablations
+    python benchmarks/finetune_banking77.py --only full            # LoRA + head, all data
+    python benchmarks/finetune_banking77.py --only full-head-only  # frozen backbone, cached
+    python benchmarks/finetune_banking77.py --quick            # small slices, a smoke run
+
+Writes ``benchmarks/results/finetune_banking77.json`` (merged with what is there, so the
+sections can run separately).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine import DecisionEngine  # noqa: E402
+from engine.calibration import (  # noqa: E402
+    Calibrator,
+    brier_score,
+    expected_calibration_error,
+    macro_f1,
+    negative_log_likelihood,
+)
+from engine.train import (  # noqa: E402
+    TrainConfig,
+    Trainer,
+    load_eval_data,
+    load_training_data,
+    sample_per_label,
+)
+
+RESULTS = ROOT / "benchmarks" / "results" / "finetune_banking77.json"
+
+
+def data_dir() -> Path:
+    for parent in ROOT.parents:
+        if (parent / "shared" / "data" / "banking77").is_dir():
+            return parent / "shared" / "data" / "banking77"
+    raise SystemExit("../shared/data/banking77 not found")
+
+
+def _probabilities(engine: Any, texts: list[str], qid: str, question: Any) -> np.ndarray:
+    names = [o.name for o in question.option_specs()]
+    probs = []
+    for start in range(0, len(texts), 256):
+        results = engine.decide_batch(texts[start : start + 256], {qid: question})
+        probs.extend([[r.answers[qid].probabilities[n] for n in names] for r in results])
+    return np.array(probs)
+
+
+def _metrics(p: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    pred = p.argmax(1)
+    return {
+        "accuracy": round(float((pred == labels).mean()) * 100, 2),
+        "macro_f1": round(macro_f1(pred, labels, p.shape[1]) * 100, 2),
+        "ece": round(expected_calibration_error(p, labels), 4),
+        "brier": round(brier_score(p, labels), 4),
+        "nll": round(negative_log_likelihood(p, labels), 4),
+    }
+
+
+def evaluate(model_dir: Path, test: Any, *, quantize: str | None = None) -> dict[str, Any]:
+    """Test metrics through the engine: raw head, temperature only, full calibration.
+
+    The engine runs once with an identity calibrator (raw head probabilities); the saved
+    calibration is then applied to those exactly as the engine applies it
+    (``adjust(softmax(scale(logits)))``), which saves a second pass over the test set.
+    """
+    engine = DecisionEngine.from_pretrained(model_dir, quantize=quantize, device="cpu")
+    qid = next(iter(test.questions))
+    question = test.questions[qid]
+    n = len(question.option_specs())
+    texts = [ex.state for ex in test.examples]
+    labels = np.array([ex.labels[qid] for ex in test.examples])
+    calibrated = engine.calibrator
+    engine.calibrator = Calibrator(source="identity")
+    started = time.perf_counter()
+    raw = _probabilities(engine, texts, qid, question)
+    seconds = time.perf_counter() - started
+    logits = torch.from_numpy(np.log(np.clip(raw, 1e-300, 1.0)))
+    scaled = torch.softmax(calibrated.scale(logits, "choice", n), -1)
+    out: dict[str, Any] = {
+        "uncalibrated": _metrics(raw, labels),
+        "temperature": _metrics(scaled.numpy(), labels),
+        "calibrated": _metrics(calibrated.adjust(scaled, "choice", n).numpy(), labels),
+        "ms_per_item": round(seconds * 1000 / len(texts), 2),
+        "temperature_value": round(calibrated.temperature("choice", n), 4),
+        "histogram_binning": bool(calibrated.histograms),
+    }
+    return out
+
+
+def run(
+    name: str, data: Any, test: Any, config: TrainConfig, *, int8: bool = True
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="clef-ft-") as tmp:
+        started = time.perf_counter()
+        result = Trainer(config).fit(data, tmp)
+        train_s = time.perf_counter() - started
+        entry: dict[str, Any] = {
+            "name": name,
+            "train_states": len(data),
+            "train_seconds": round(train_s, 1),
+            "best_epoch": result.best_epoch,
+            "epochs_run": sum(1 for h in result.history if "train_loss" in h),
+            "validation": {k: round(v, 4) for k, v in result.validation.items()},
+            "config": {
+                k: v
+                for k, v in asdict(config).items()
+                if k not in ("similarity", "progress", "device", "model_name")
+            },
+            "fp32": evaluate(Path(tmp), test),
+        }
+        if int8:
+            entry["int8"] = evaluate(Path(tmp), test, quantize="int8")
+    print(json.dumps({k: entry[k] for k in ("name", "train_seconds", "fp32")}), flush=True)
+    return entry
+
+
+def mean_of(runs: list[dict[str, Any]], path: list[str]) -> float:
+    values = []
+    for r in runs:
+        v: Any = r
+        for p in path:
+            v = v[p]
+        values.append(v)
+    return round(float(np.mean(values)), 4)
+
+
+def save(section: str, payload: Any) -> None:
+    current = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    current[section] = payload
+    current["environment"] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "note": "2 CPU cores shared with other jobs while measured; wall times are pessimistic",
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(current, indent=2) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--only", choices=["full", "full-head-only", "fewshot", "ablations"], action="append"
+    )
+    parser.add_argument("--quick", action="store_true", help="small slices (smoke run)")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--no-int8", action="store_true")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--variants", default=None, help="ablations to run (comma-separated)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sections = args.only or ["fewshot", "ablations", "full-head-only", "full"]
+    root = data_dir()
+    train = load_training_data(root / "train.csv", label_col="category")
+    questions = {"category": train.questions["category"]}
+    test = load_eval_data(root / "test.csv", questions, label_col="category")
+    if args.quick:
+        test = sample_per_label(test, 3, seed=0)
+
+    def config(**kw: Any) -> TrainConfig:
+        base: dict[str, Any] = {"progress": False}
+        if args.epochs:
+            base["epochs"] = args.epochs
+        base.update(kw)
+        return TrainConfig(**base)
+
+    few_defaults: dict[str, Any] = {"epochs": 10, "val_fraction": 0.2, "batch_size": 16}
+    if "fewshot" in sections:
+        runs: list[dict[str, Any]] = []
+        for seed in (0, 1, 2):
+            data = sample_per_label(train, 3 if args.quick else 10, seed=seed)
+            cfg = config(seed=seed, **few_defaults)
+            runs.append(run(f"10-shot seed {seed}", data, test, cfg, int8=not args.no_int8))
+            summary = {
+                f"{prec}_{stage}_{m}": mean_of(runs, [prec, stage, m])
+                for prec in (["fp32"] if args.no_int8 else ["fp32", "int8"])
+                for stage in ("uncalibrated", "temperature", "calibrated")
+                for m in ("accuracy", "macro_f1", "ece")
+            }
+            save("fewshot_10", {"runs": runs, "seeds_done": len(runs), "mean": summary})
+
+    if "ablations" in sections:
+        data = sample_per_label(train, 3 if args.quick else 10, seed=0)
+        # Ablations on the frozen backbone (features cached: cheap on a CPU), then LoRA ranks.
+        frozen = {"lora_rank": 0}
+        variants: list[tuple[str, dict[str, Any]]] = [
+            ("frozen backbone + head (base)", frozen),
+            ("no evidence head (cosine + option bank)", {**frozen, "evidence": False}),
+            ("no option bank", {**frozen, "option_bank": False}),
+            ("Brier weight 0", {**frozen, "brier_weight": 0.0}),
+            ("Brier weight 1.0", {**frozen, "brier_weight": 1.0}),
+            ("label smoothing 0", {**frozen, "label_smoothing": 0.0}),
+            ("RL stage on (2 epochs)", {**frozen, "rl_epochs": 2}),
+            ("LoRA rank 4", {"lora_rank": 4}),
+            ("LoRA rank 16 (default)", {"lora_rank": 16}),
+            ("LoRA rank 64", {"lora_rank": 64}),
+        ]
+        if args.variants:
+            wanted = [v.strip() for v in args.variants.split(",")]
+            variants = [v for v in variants if v[0] in wanted]
+        rows: list[dict[str, Any]] = []
+        for name, kw in variants:
+            rows.append(run(name, data, test, config(**{**few_defaults, **kw}), int8=False))
+            table = [
+                {
+                    "variant": r["name"],
+                    "accuracy": r["fp32"]["calibrated"]["accuracy"],
+                    "macro_f1": r["fp32"]["calibrated"]["macro_f1"],
+                    "ece_uncalibrated": r["fp32"]["uncalibrated"]["ece"],
+                    "ece_temperature": r["fp32"]["temperature"]["ece"],
+                    "ece_calibrated": r["fp32"]["calibrated"]["ece"],
+                    "nll_calibrated": r["fp32"]["calibrated"]["nll"],
+                    "train_seconds": r["train_seconds"],
+                }
+                for r in rows
+            ]
+            save("ablations_10shot_seed0", {"table": table, "runs": rows})  # after each run
+
+    full_runs = {
+        "full-head-only": ("full_head_only", {"histogram": True, "lora_rank": 0, "epochs": 10}),
+        "full": ("full", {"histogram": True}),
+    }
+    for section, (name, kw) in full_runs.items():
+        if section in sections:
+            data = sample_per_label(train, 5, seed=0) if args.quick else train
+            save(name, run(name, data, test, config(**kw), int8=not args.no_int8))
+
+
+if __name__ == "__main__":
+    main()

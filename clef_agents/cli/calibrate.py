@@ -1,0 +1,208 @@
+"""``clef-agents calibrate``: fit temperatures (and histogram bins) on held-out labelled data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from clef_agents.cli import UsageError
+from clef_agents.cli.common import load_structured
+
+EPILOG = """examples:
+  clef-agents calibrate out/banking77 heldout.csv --label-col category
+  clef-agents calibrate out/banking77 heldout.csv --label-col category --histogram \\
+      --diagram reliability.png
+  clef-agents calibrate /path/to/hf-encoder heldout.csv --out out/calibrated
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="calibrate a model dir on held-out labelled data",
+        description=(
+            "Fit a temperature per (question type, option-count bucket), optionally "
+            "histogram binning, on labelled data, and save it into the model dir."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", metavar="MODEL_DIR", help="model dir (finetune / save_pretrained)")
+    p.add_argument("data", help="held-out labelled data (CSV or JSONL), not the test set")
+    p.add_argument("--questions", metavar="FILE", help="JSON/YAML {id: question}")
+    p.add_argument("--text-col", default=None)
+    p.add_argument("--label-col", default=None)
+    p.add_argument("--instructions", default=None, help="instructions of an inferred choice")
+    p.add_argument("--histogram", action="store_true", help="also fit histogram binning")
+    p.add_argument("--bins", type=int, default=15, help="histogram bins (default 15)")
+    p.add_argument(
+        "--diagram",
+        metavar="PNG",
+        default=None,
+        help="write reliability diagrams PNG-before.png and PNG-after.png",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="write a new model dir instead of updating MODEL_DIR",
+    )
+    p.add_argument("--dry-run", action="store_true", help="report only; save nothing")
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=run)
+
+
+def _trained_questions(engine: Any, instructions: str | None) -> dict[str, Any] | None:
+    """Questions a trained head knows, as choice/score/noul objects (for text,label data)."""
+    module = getattr(getattr(engine, "head", None), "module", None)
+    if module is None:
+        return None
+    from engine.schema.questions import Choice, Noul, Score
+
+    out: dict[str, Any] = {}
+    for i, fp in enumerate(module.bank_names):
+        qtype, names = module.bank_types[fp], module.bank_names[fp]
+        qid = "label" if len(module.bank_names) == 1 else f"q{i}"
+        text = instructions or "Which label fits the text?"
+        if qtype == "choice":
+            out[qid] = Choice(instructions=text, criteria=names)
+        elif qtype == "score":
+            out[qid] = Score(instructions=text, criteria=names)
+        else:
+            out[qid] = Noul(instructions=text)
+    return out
+
+
+def _metrics(probs: list[list[float]], labels: list[int]) -> dict[str, float]:
+    import numpy as np
+
+    from engine.calibration import brier_score, expected_calibration_error, negative_log_likelihood
+
+    out: dict[str, list[float]] = {"ece": [], "nll": [], "brier": []}
+    by_width: dict[int, list[int]] = {}
+    for i, row in enumerate(probs):
+        by_width.setdefault(len(row), []).append(i)
+    weights = []
+    for idx in by_width.values():
+        p = np.array([probs[i] for i in idx])
+        y = np.array([labels[i] for i in idx])
+        out["ece"].append(expected_calibration_error(p, y))
+        out["nll"].append(negative_log_likelihood(p, y))
+        out["brier"].append(brier_score(p, y))
+        weights.append(len(idx))
+    return {k: round(float(np.average(v, weights=weights)), 4) for k, v in out.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from engine import DecisionEngine
+    from engine.calibration import Calibrator, fit_calibrator, reliability_diagram
+    from engine.runtime import model_dir
+    from engine.train import load_data
+
+    directory = Path(args.model)
+    engine = DecisionEngine.from_pretrained(directory, device=args.device)
+    ours = model_dir.read_config(directory).get("format") == model_dir.FORMAT
+    if not ours and not args.out and not args.dry_run:
+        raise UsageError(
+            f"{directory} is a bare Hugging Face model dir; pass --out DIR to write a "
+            "clef-agents model dir with the fitted calibration"
+        )
+    questions = load_structured(args.questions) if args.questions else None
+    if questions is None:
+        questions = _trained_questions(engine, args.instructions)
+    data = load_data(
+        args.data,
+        questions=questions,
+        text_col=args.text_col,
+        label_col=args.label_col,
+        instructions=args.instructions,
+        strict_labels=questions is not None,
+    )
+    trained = hasattr(engine.head, "module")
+    old = engine.calibrator
+    engine.calibrator = Calibrator(source="identity")
+    logits: list[torch.Tensor] = []
+    labels: list[int] = []
+    types: list[str] = []
+    for start in range(0, len(data), 256):
+        chunk = data.examples[start : start + 256]
+        results = engine.decide_batch(
+            [
+                {"state": ex.state, "questions": {q: data.questions[q] for q in ex.labels}}
+                for ex in chunk
+            ]
+        )
+        for ex, result in zip(chunk, results, strict=True):
+            for qid, label in ex.labels.items():
+                question = data.questions[qid]
+                qtype = str(question.type)  # type: ignore[attr-defined]
+                if qtype == "noul" and not trained and question.sides() != (True, True):  # type: ignore[attr-defined]
+                    continue  # one-sided yes/no keeps its fitted threshold
+                answer = result.answers[qid]
+                if qtype == "noul":
+                    p = [answer.noul, 1.0 - answer.noul]
+                else:
+                    p = list(answer.probabilities.values())
+                logits.append(torch.tensor(p, dtype=torch.float64).clamp(min=1e-300).log())
+                labels.append(label)
+                types.append(qtype)
+    if not logits:
+        raise UsageError(f"{args.data}: no labelled questions that calibration can fit")
+    new = fit_calibrator(
+        logits,
+        labels,
+        types,
+        histogram=args.histogram,
+        n_bins=args.bins,
+        base=old,
+        source=f"clef-agents calibrate on {args.data} ({len(labels)} labels)",
+    )
+
+    def probs_with(cal: Calibrator) -> list[list[float]]:
+        out = []
+        for row, qtype in zip(logits, types, strict=True):
+            n = row.numel()
+            out.append(cal.adjust(torch.softmax(cal.scale(row, qtype, n), -1), qtype, n).tolist())
+        return out
+
+    before, after = probs_with(old), probs_with(new)
+    summary: dict[str, Any] = {
+        "labels": len(labels),
+        "before": _metrics(before, labels),
+        "after": _metrics(after, labels),
+        "temperatures": new.to_dict()["temperatures"],
+        "histograms": sorted(new.histograms),
+    }
+    if args.diagram:
+        import numpy as np
+
+        width = max(len(r) for r in before)
+        rows = [i for i, r in enumerate(before) if len(r) == width]
+        stem = str(Path(args.diagram).with_suffix(""))
+        for name, probs in (("before", before), ("after", after)):
+            reliability_diagram(
+                np.array([probs[i] for i in rows]),
+                np.array([labels[i] for i in rows]),
+                f"{stem}-{name}.png",
+                title=f"{name} calibration",
+            )
+        summary["diagrams"] = [f"{stem}-before.png", f"{stem}-after.png"]
+    if not args.dry_run:
+        engine.calibrator = new
+        if args.out:
+            engine.save_pretrained(args.out)
+            summary["saved"] = args.out
+        else:
+            config = model_dir.read_config(directory)
+            config["calibration"] = new.to_dict()
+            (directory / model_dir.CONFIG).write_text(
+                json.dumps(config, indent=2, sort_keys=True) + "\n"
+            )
+            summary["saved"] = str(directory)
+    sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    return 0

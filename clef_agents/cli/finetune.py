@@ -1,0 +1,145 @@
+"""``clef-agents finetune``: adapt the engine to labelled decisions (LoRA + trained head)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from clef_agents.cli import UsageError
+from clef_agents.cli.common import load_structured
+
+EPILOG = """data:
+  CSV or JSONL; either text,label (one question, a choice over the labels), or
+  state,question,label with --questions FILE ({id: question} in the wire format).
+
+examples:
+  clef-agents finetune train.csv --label-col category --out out/banking77
+  clef-agents finetune train.csv --label-col category --examples-per-label 10 --epochs 10 \\
+      --out out/banking77-10shot
+  clef-agents finetune tickets.jsonl --questions questions.json --out out/tickets
+  clef-agents eval test.csv --label-col category --model out/banking77
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "finetune",
+        help="fine-tune on labelled decisions (LoRA + option-evidence head)",
+        description="Fine-tune the engine on labelled decisions and write a model dir.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("data", help="training data (CSV or JSONL)")
+    p.add_argument("--out", required=True, metavar="DIR", help="model dir to write")
+    p.add_argument("--questions", metavar="FILE", help="JSON/YAML {id: question}")
+    p.add_argument("--text-col", default=None, help="state column (default: text/state/...)")
+    p.add_argument("--label-col", default=None, help="label column (default: label/category/...)")
+    p.add_argument("--instructions", default=None, help="instructions of the inferred choice")
+    p.add_argument(
+        "--examples-per-label",
+        type=int,
+        default=None,
+        metavar="K",
+        help="train on at most K examples per label (few-shot)",
+    )
+    p.add_argument(
+        "--backbone",
+        default=None,
+        metavar="DIR",
+        help="local HF encoder dir (default: the embedded all-MiniLM-L6-v2)",
+    )
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None, help="LoRA learning rate")
+    p.add_argument("--head-lr", type=float, default=None)
+    p.add_argument("--lora-rank", type=int, default=None, help="0 freezes the backbone")
+    p.add_argument("--lora-alpha", type=float, default=None)
+    p.add_argument("--lora-dropout", type=float, default=None)
+    p.add_argument("--target-modules", default=None, help="comma-separated layer names")
+    p.add_argument("--label-smoothing", type=float, default=None)
+    p.add_argument("--brier-weight", type=float, default=None)
+    p.add_argument("--ordinal-weight", type=float, default=None)
+    p.add_argument("--no-head", action="store_true", help="cosine scoring only (ablation)")
+    p.add_argument("--val-fraction", type=float, default=None)
+    p.add_argument("--patience", type=int, default=None)
+    p.add_argument("--rl-epochs", type=int, default=None, help="RL stage epochs (default 0)")
+    p.add_argument("--rl-kl", type=float, default=None)
+    p.add_argument(
+        "--similarity",
+        metavar="FILE",
+        default=None,
+        help="JSON {question: [[...]]} option similarities for RL partial credit",
+    )
+    p.add_argument("--histogram", action="store_true", help="also fit histogram binning")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+_FIELDS = {
+    "epochs": "epochs",
+    "batch_size": "batch_size",
+    "lr": "lr",
+    "head_lr": "head_lr",
+    "lora_rank": "lora_rank",
+    "lora_alpha": "lora_alpha",
+    "lora_dropout": "lora_dropout",
+    "label_smoothing": "label_smoothing",
+    "brier_weight": "brier_weight",
+    "ordinal_weight": "ordinal_weight",
+    "val_fraction": "val_fraction",
+    "patience": "patience",
+    "rl_epochs": "rl_epochs",
+    "rl_kl": "rl_kl",
+    "seed": "seed",
+    "device": "device",
+}
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.errors import require
+
+    require("peft", package="peft", extra="train", feature="clef-agents finetune")
+    from engine.train import TrainConfig, Trainer, load_training_data, sample_per_label
+
+    questions = load_structured(args.questions) if args.questions else None
+    if questions is not None and not isinstance(questions, dict):
+        raise UsageError(f"{args.questions}: expected a mapping {{id: question}}")
+    data = load_training_data(
+        args.data,
+        questions=questions,
+        text_col=args.text_col,
+        label_col=args.label_col,
+        instructions=args.instructions,
+    )
+    if args.examples_per_label is not None:
+        data = sample_per_label(data, args.examples_per_label, seed=args.seed or 0)
+    kwargs: dict[str, Any] = {
+        field: getattr(args, attr)
+        for attr, field in _FIELDS.items()
+        if getattr(args, attr) is not None
+    }
+    if args.target_modules:
+        kwargs["target_modules"] = [t.strip() for t in args.target_modules.split(",") if t.strip()]
+    if args.similarity:
+        kwargs["similarity"] = load_structured(args.similarity)
+    kwargs.update(evidence=not args.no_head, histogram=args.histogram, progress=not args.quiet)
+    try:
+        config = TrainConfig(**kwargs)
+        config.check()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    result = Trainer(config, backbone=args.backbone).fit(data, args.out, resume=args.resume)
+    summary = {
+        "model_dir": str(result.directory),
+        "states": len(data),
+        "best_epoch": result.best_epoch,
+        "validation": {k: round(v, 4) for k, v in result.validation.items()},
+        "seconds": round(result.seconds, 1),
+    }
+    sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    return 0

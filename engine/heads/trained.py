@@ -1,0 +1,206 @@
+"""A fine-tuned model's head inside the engine, with zero-shot fallback.
+
+Questions the head was trained on (same type and option names) are scored by the
+:class:`~engine.heads.option_evidence.OptionEvidenceHead` on the adapted backbone's token
+states, then calibrated (temperature, optional histogram binning). Every other question
+is answered zero-shot by the *base* backbone (the adapter is not applied), exactly as an
+engine without a trained head would answer it; that base backbone is loaded the first
+time such a question arrives.
+
+Example:
+    >>> engine = DecisionEngine.from_pretrained("out/banking77")     # doctest: +SKIP
+    >>> engine.head.knows(question)                                  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from engine.calibration.temperature import Calibrator
+from engine.heads.option_evidence import OptionEvidenceHead, fingerprint, pad_tokens
+from engine.heads.zero_shot import ZeroShotHead, prepare
+from engine.schema.questions import _Question
+
+if TYPE_CHECKING:
+    from engine.runtime.engine import DecisionEngine, Scored
+    from engine.schema.request import DecisionRequest
+
+
+class TrainedHead:
+    """The engine's head when the model dir has ``head.safetensors``.
+
+    Args:
+        module: The trained option-evidence head.
+        calibrator: Calibration of the head's logits (fitted on held-out data).
+        base_engine: Builds the engine that answers untrained questions zero-shot.
+        scope: ``"trained"`` (default): the head answers only questions it was trained on;
+            ``"all"``: it answers every question (unknown options use their text embedding).
+        digest: Hash of the head weights, part of the engine's model version.
+    """
+
+    needs_token_states = True
+
+    def __init__(
+        self,
+        module: OptionEvidenceHead,
+        calibrator: Calibrator | None = None,
+        *,
+        base_engine: Callable[[], DecisionEngine] | None = None,
+        scope: str = "trained",
+        digest: str = "",
+    ) -> None:
+        if scope not in ("trained", "all"):
+            raise ValueError(f"scope must be 'trained' or 'all'; got {scope!r}")
+        self.module = module.eval()
+        self.calibrator = calibrator or Calibrator(source="identity")
+        self.scope = scope
+        self.fingerprint = digest
+        self._make_base = base_engine
+        self._base: DecisionEngine | None = None
+        self._lock = threading.Lock()
+        self.zero_shot = ZeroShotHead()
+        self.adapter_source: Path | None = None
+        """Where the LoRA adapter was loaded from (copied by :meth:`save`)."""
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        """Write ``head.safetensors`` (and copy ``adapter/``); returns ``config.json["head"]``."""
+        description = self.module.save(directory)
+        if self.scope != "trained":
+            description["scope"] = self.scope
+        source = self.adapter_source
+        target = directory / "adapter"
+        if source is not None and source.is_dir() and source.resolve() != target.resolve():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        return description
+
+    def knows(self, question: _Question) -> bool:
+        """Whether the trained head answers ``question`` (else zero-shot fallback)."""
+        qtype = str(getattr(question, "type", ""))
+        if qtype not in ("choice", "noul", "score"):
+            return False
+        if self.scope == "all":
+            return True
+        return self.module.knows(qtype, [s.name for s in question.option_specs()])
+
+    def logits(self, prepared: Any, similarity: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Zero-shot logits (used only when a caller bypasses :meth:`score_requests`)."""
+        return self.zero_shot.logits(prepared, similarity, state)
+
+    def base_engine(self, engine: DecisionEngine) -> DecisionEngine:
+        """The zero-shot engine on the base backbone (built on first use)."""
+        with self._lock:
+            if self._base is None:
+                if self._make_base is None:
+                    raise RuntimeError("this trained head has no base engine for fallback")
+                self._base = self._make_base()
+            return self._base
+
+    # -- scoring -------------------------------------------------------------------------
+
+    def score_requests(
+        self, engine: DecisionEngine, texts: list[str], requests: list[DecisionRequest]
+    ) -> list[Scored]:
+        from engine.runtime.engine import Scored
+
+        trained = [[q for q, v in r.questions.items() if self.knows(v)] for r in requests]
+        probabilities: list[dict[str, torch.Tensor]] = [{} for _ in requests]
+        prepared: list[dict[str, Any]] = [{} for _ in requests]
+        windows = [1] * len(requests)
+        tokens = [0] * len(requests)
+
+        rows = [i for i, qs in enumerate(trained) if qs]
+        if rows:
+            encoded = engine.backbone.encode([texts[i] for i in rows], return_tokens=True)
+            assert encoded.token_states is not None
+            states, mask = pad_tokens([s.float() for s in encoded.token_states])
+            pooled = encoded.pooled.float()
+            # One head pass per distinct question, over every request that asks it.
+            groups: dict[str, list[tuple[int, int, str]]] = {}
+            for j, i in enumerate(rows):
+                windows[i], tokens[i] = encoded.windows[j], encoded.tokens[j]
+                for qid in trained[i]:
+                    q = requests[i].questions[qid]
+                    key = f"{q.type}:{[s.name for s in q.option_specs()]}"  # type: ignore[attr-defined]
+                    groups.setdefault(key, []).append((j, i, qid))
+            for members in groups.values():
+                _, i0, qid0 = members[0]
+                question = requests[i0].questions[qid0]
+                prep = prepare(question)
+                prep.tokens = sum(engine.backbone.count_tokens(prep.texts))
+                vectors = None
+                if not self.module.knows(prep.type, prep.names):
+                    vectors = engine._embed(prep.texts)
+                idx = torch.tensor([j for j, _, _ in members])
+                probs = self.probabilities(
+                    states[idx], mask[idx], pooled[idx], prep.type, prep.names, vectors
+                )
+                for k, (_, i, qid) in enumerate(members):
+                    probabilities[i][qid] = probs[k]
+                    prepared[i][qid] = prep
+                    tokens[i] += prep.tokens
+
+        fallback = [i for i, r in enumerate(requests) if len(trained[i]) < len(r.questions)]
+        if fallback:
+            base = self.base_engine(engine)
+            subs = []
+            for i in fallback:
+                rest = {q: v for q, v in requests[i].questions.items() if q not in trained[i]}
+                subs.append(requests[i].model_copy(update={"questions": rest}))
+            for i, scored in zip(
+                fallback, base.score([texts[i] for i in fallback], subs), strict=True
+            ):
+                probabilities[i].update(scored.probabilities)
+                prepared[i].update(scored.prepared)
+                windows[i] = scored.windows
+                if trained[i]:  # the state was counted already; add the options only
+                    tokens[i] += sum(p.tokens for p in scored.prepared.values())
+                else:
+                    tokens[i] = scored.tokens
+        return [
+            Scored(
+                {q: probabilities[i][q] for q in r.questions},
+                {q: prepared[i][q] for q in r.questions},
+                windows[i],
+                tokens[i],
+            )
+            for i, r in enumerate(requests)
+        ]
+
+    @torch.inference_mode()
+    def probabilities(
+        self,
+        states: torch.Tensor,
+        mask: torch.Tensor,
+        pooled: torch.Tensor,
+        question_type: str,
+        names: list[str],
+        vectors: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Calibrated probabilities ``[B, n]`` (float64) for one question."""
+        device = next(self.module.parameters()).device
+        options = self.module.option_vectors(question_type, names, vectors).to(device)
+        raw = self.module(
+            states.to(device), mask.to(device), pooled.to(device), options, question_type
+        )
+        logits = self.calibrator.scale(raw.double(), question_type, len(names))
+        return self.calibrator.adjust(torch.softmax(logits, dim=-1), question_type, len(names))
+
+
+def weights_digest(path: Any) -> str:
+    """Short hash of a weight file, for the model version."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:12]
+
+
+__all__ = ["TrainedHead", "fingerprint", "weights_digest"]

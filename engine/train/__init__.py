@@ -1,0 +1,40 @@
+"""Fine-tuning: LoRA adapters (peft) + the option-evidence head, then calibration.
+
+Needs the ``[train]`` extra (``pip install 'clef-agents[train]'``) for LoRA; data loading
+and the losses work without it.
+"""
+
+from __future__ import annotations
+
+from engine.train.data import (
+    Example,
+    TrainingDataError,
+    TrainingSet,
+    load_data,
+    load_eval_data,
+    load_training_data,
+    sample_per_label,
+    split,
+)
+from engine.train.losses import brier, decision_loss, partial_credit, ranked_probability_score
+from engine.train.rl import rl_loss
+from engine.train.trainer import TrainConfig, Trainer, TrainResult
+
+__all__ = [
+    "Example",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "TrainingDataError",
+    "TrainingSet",
+    "brier",
+    "decision_loss",
+    "load_data",
+    "load_eval_data",
+    "load_training_data",
+    "partial_credit",
+    "ranked_probability_score",
+    "rl_loss",
+    "sample_per_label",
+    "split",
+]

@@ -1,0 +1,658 @@
+"""Fine-tune the engine: LoRA on a frozen backbone + the option-evidence head.
+
+The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
+
+1. carve a stratified validation split from the training data;
+2. embed every option text once with the *base* backbone; these vectors start the
+   head's option bank for the trained questions;
+3. train LoRA adapters (peft) and the head with label-smoothed CE + lambda * Brier
+   (+ RPS for score questions); all questions about a state share one backbone pass;
+4. keep the epoch with the best validation accuracy (early stopping with patience);
+   a checkpoint after every epoch makes ``resume=True`` continue an interrupted run;
+5. optionally an RL stage (:mod:`engine.train.rl`) on the head;
+6. fit temperatures (and optional histogram binning) on the validation split;
+7. write a model dir: ``config.json``, ``head.safetensors``, ``adapter/`` (peft format),
+   ``training.json``. ``DecisionEngine.from_pretrained(out)`` loads it.
+
+Example:
+    >>> from engine.train import Trainer, TrainConfig, load_training_data
+    >>> data = load_training_data("train.csv", label_col="category")    # doctest: +SKIP
+    >>> Trainer(TrainConfig(epochs=3)).fit(data, "out/banking77")      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.backbones import PACKAGED
+from engine.backbones.encoder import EncoderBackbone
+from engine.calibration.fit import fit_calibrator
+from engine.calibration.metrics import expected_calibration_error
+from engine.errors import require
+from engine.heads.option_evidence import (
+    HEAD_FILE,
+    HeadConfig,
+    OptionEvidenceHead,
+    fingerprint,
+    pad_tokens,
+)
+from engine.heads.zero_shot import option_texts
+from engine.runtime.adapter import ADAPTER_DIR
+from engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
+from engine.train.data import TrainingDataError, TrainingSet, split
+from engine.train.losses import decision_loss, partial_credit
+from engine.train.rl import rl_loss
+
+log = logging.getLogger(__name__)
+
+TARGETS = (
+    ("query", "key", "value", "dense"),  # BERT, MiniLM, RoBERTa
+    ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),  # Qwen, Llama
+    ("q", "k", "v", "o"),  # T5
+    ("q_lin", "k_lin", "v_lin", "out_lin"),  # DistilBERT
+)
+MAX_RANK = 256
+CHECKPOINT_DIR = "checkpoint"
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of a fine-tuning run (stored in ``training.json``)."""
+
+    epochs: int = 4
+    batch_size: int = 32
+    lr: float = 5e-4
+    """Learning rate of the LoRA adapters."""
+    head_lr: float = 2e-3
+    """Learning rate of the head and its option bank."""
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    lora_rank: int = 16
+    """0 trains the head only (the backbone stays frozen)."""
+    lora_alpha: float | None = None
+    """Default: ``2 * lora_rank``."""
+    lora_dropout: float = 0.1
+    target_modules: list[str] | None = None
+    """Default: the attention and MLP projections of the backbone's architecture."""
+    label_smoothing: float = 0.1
+    brier_weight: float = 0.5
+    ordinal_weight: float = 1.0
+    head_dim: int = 256
+    head_heads: int = 4
+    head_dropout: float = 0.1
+    evidence: bool = True
+    """``False``: cosine + learned scale only (the "no head" ablation)."""
+    option_bank: bool = True
+    val_fraction: float = 0.1
+    patience: int = 2
+    max_length: int | None = 128
+    """Tokens per training text (longer states are truncated while training)."""
+    rl_epochs: int = 0
+    rl_lr: float = 2e-4
+    rl_kl: float = 0.5
+    rl_samples: int = 4
+    similarity: dict[str, list[list[float]]] = field(default_factory=dict)
+    """Per choice question id, an option-similarity matrix in [0, 1] (RL partial credit)."""
+    histogram: bool = False
+    """Fit histogram binning after the temperature (needs a large validation split)."""
+    seed: int = 0
+    device: str | None = None
+    progress: bool = True
+    model_name: str | None = None
+
+    def check(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be at least 1; got {self.epochs}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1; got {self.batch_size}")
+        if not 0 <= self.lora_rank <= MAX_RANK:
+            raise ValueError(f"lora_rank must be in 0..{MAX_RANK}; got {self.lora_rank}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
+        if self.brier_weight < 0 or self.ordinal_weight < 0:
+            raise ValueError("brier_weight and ordinal_weight must be non-negative")
+
+
+@dataclass
+class TrainResult:
+    """What :meth:`Trainer.fit` produced."""
+
+    directory: Path
+    history: list[dict[str, float]]
+    best_epoch: int
+    validation: dict[str, float]
+    seconds: float
+
+
+def _default_targets(model: torch.nn.Module) -> list[str]:
+    leaves = {
+        name.rsplit(".", 1)[-1]
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear)
+    }
+    for group in TARGETS:
+        found = [t for t in group if t in leaves]
+        if len(found) >= 2:
+            return found
+    if not leaves:
+        raise ValueError("the backbone has no linear layers to adapt")
+    return sorted(leaves)
+
+
+class Trainer:
+    """Fine-tunes a backbone (LoRA) and the option-evidence head; see the module docstring.
+
+    Args:
+        config: Hyper-parameters.
+        backbone: A local HF encoder dir, a built :class:`EncoderBackbone`, or ``None``
+            for the embedded all-MiniLM-L6-v2.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig | None = None,
+        backbone: str | Path | EncoderBackbone | None = None,
+    ) -> None:
+        self.config = config or TrainConfig()
+        self.config.check()
+        self._backbone_arg = backbone
+
+    # -- model ---------------------------------------------------------------------------
+
+    def build(self, data: TrainingSet) -> None:
+        """Load the backbone, register the questions in the head, attach LoRA."""
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        if isinstance(self._backbone_arg, EncoderBackbone):
+            self.backbone = self._backbone_arg
+        else:
+            self.backbone = EncoderBackbone(
+                self._backbone_arg, device=cfg.device, dtype=torch.float32
+            )
+        self.device = self.backbone.device
+        self.base_model = self.backbone.model
+        self.head = OptionEvidenceHead(
+            HeadConfig(
+                hidden_size=self.backbone.hidden_size,
+                dim=cfg.head_dim,
+                heads=cfg.head_heads,
+                dropout=cfg.head_dropout,
+                evidence=cfg.evidence,
+                option_bank=cfg.option_bank,
+            )
+        )
+        self.fps: dict[str, str] = {}
+        for qid, question in data.questions.items():
+            names = data.names(qid)
+            vectors = self.backbone.encode(option_texts(question)).pooled.float().cpu()
+            self.fps[qid] = self.head.add_question(str(question.type), names, vectors)  # type: ignore[attr-defined]
+        self.head.to(self.device)
+        if cfg.lora_rank > 0:
+            peft = require("peft", package="peft", extra="train", feature="LoRA fine-tuning")
+            lora = peft.LoraConfig(
+                r=cfg.lora_rank,
+                lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
+                lora_dropout=cfg.lora_dropout,
+                target_modules=cfg.target_modules or _default_targets(self.base_model),
+                bias="none",
+            )
+            self.model = peft.get_peft_model(copy.deepcopy(self.base_model), lora)
+        else:
+            self.model = self.base_model
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+        self.model.to(self.device)
+        self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _trainable(self) -> dict[str, torch.nn.Parameter]:
+        out = {f"head.{n}": p for n, p in self.head.named_parameters() if p.requires_grad}
+        if self.config.lora_rank > 0:
+            out.update(
+                {f"lora.{n}": p for n, p in self.model.named_parameters() if p.requires_grad}
+            )
+        return out
+
+    def features(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(token states [B, L, H], mask [B, L], pooled [B, H])`` as the engine computes them.
+
+        With a frozen backbone (``lora_rank=0``) each text is encoded once and cached, so
+        later epochs only run the head.
+        """
+        if self.config.lora_rank > 0:
+            return self._forward(texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        with torch.no_grad():
+            for start in range(0, len(missing), 64):
+                chunk = missing[start : start + 64]
+                hidden, mask, pooled = self._forward(chunk)
+                for i, text in enumerate(chunk):
+                    self._cache[text] = (hidden[i, : int(mask[i].sum())].clone(), pooled[i].clone())
+        tokens, mask = pad_tokens([self._cache[t][0] for t in texts])
+        return tokens, mask, torch.stack([self._cache[t][1] for t in texts])
+
+    def _forward(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        tok = self.backbone.tokenizer
+        enc = tok(
+            texts,
+            padding=True,
+            truncation=True,
+            max_length=min(
+                self.config.max_length or self.backbone.max_length, self.backbone.max_length
+            ),
+            return_tensors="pt",
+        )
+        ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+        m = mask.unsqueeze(-1).float()
+        hidden = hidden * m
+        pooled = torch.nn.functional.normalize(hidden.sum(1) / m.sum(1).clamp(min=1.0), dim=-1)
+        return hidden, mask.bool(), pooled
+
+    def _question_logits(
+        self,
+        data: TrainingSet,
+        batch: list[int],
+        tokens: torch.Tensor,
+        mask: torch.Tensor,
+        pooled: torch.Tensor,
+        head: OptionEvidenceHead | None = None,
+    ) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+        """Per question asked in the batch: ``(qid, logits [b, n], targets [b])``."""
+        head = head or self.head
+        out = []
+        for qid, question in data.questions.items():
+            rows = [r for r, i in enumerate(batch) if qid in data.examples[i].labels]
+            if not rows:
+                continue
+            idx = torch.tensor(rows, device=self.device)
+            qtype = str(question.type)  # type: ignore[attr-defined]
+            options = head.option_vectors(qtype, data.names(qid), None)
+            logits = head(tokens[idx], mask[idx], pooled[idx], options, qtype)
+            target = torch.tensor(
+                [data.examples[batch[r]].labels[qid] for r in rows], device=self.device
+            )
+            out.append((qid, logits, target))
+        return out
+
+    # -- loop ----------------------------------------------------------------------------
+
+    def fit(self, data: TrainingSet, out: str | Path, *, resume: bool = False) -> TrainResult:
+        """Train on ``data`` and write a model dir to ``out``."""
+        started = time.perf_counter()
+        cfg = self.config
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        if len(data) == 0:
+            raise TrainingDataError("no training examples", field="data")
+        train, val = split(data, cfg.val_fraction, seed=cfg.seed)
+        self.build(data)
+        params = self._trainable()
+        groups = [
+            {"params": [p for n, p in params.items() if n.startswith("head.")], "lr": cfg.head_lr},
+            {"params": [p for n, p in params.items() if n.startswith("lora.")], "lr": cfg.lr},
+        ]
+        optimizer = torch.optim.AdamW(
+            [g for g in groups if g["params"]], weight_decay=cfg.weight_decay
+        )
+        steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+        total = steps_per_epoch * cfg.epochs
+        warmup = max(1, int(cfg.warmup_ratio * total))
+
+        def schedule(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            return max(0.0, (total - step) / max(1, total - warmup))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        history: list[dict[str, float]] = []
+        best: dict[str, Any] = {"score": -math.inf, "epoch": 0, "state": None}
+        start_epoch = 0
+        checkpoint = out / CHECKPOINT_DIR
+        if resume and (checkpoint / "meta.json").is_file():
+            start_epoch, history, best = self._load_checkpoint(checkpoint, optimizer, scheduler)
+        bad_epochs = sum(1 for h in history if h["epoch"] > best["epoch"])
+        from tqdm.auto import tqdm
+
+        for epoch in range(start_epoch, cfg.epochs):
+            if bad_epochs >= cfg.patience and val.examples:
+                break
+            rng = random.Random(cfg.seed * 1000 + epoch)
+            order = list(range(len(train)))
+            rng.shuffle(order)
+            torch.manual_seed(cfg.seed * 1000 + epoch)
+            self.model.train(cfg.lora_rank > 0)  # a frozen backbone stays deterministic
+            self.head.train()
+            running = 0.0
+            bar = tqdm(
+                range(0, len(order), cfg.batch_size),
+                desc=f"epoch {epoch + 1}/{cfg.epochs}",
+                disable=not cfg.progress,
+                leave=False,
+            )
+            for n, start in enumerate(bar, start=1):
+                batch = order[start : start + cfg.batch_size]
+                tokens, mask, pooled = self.features([train.examples[i].state for i in batch])
+                loss = torch.zeros((), device=self.device)
+                for qid, logits, target in self._question_logits(
+                    train, batch, tokens, mask, pooled
+                ):
+                    qtype = str(train.questions[qid].type)  # type: ignore[attr-defined]
+                    part = decision_loss(
+                        logits,
+                        target,
+                        qtype,
+                        label_smoothing=cfg.label_smoothing,
+                        brier_weight=cfg.brier_weight,
+                        ordinal_weight=cfg.ordinal_weight,
+                    )
+                    loss = loss + part * (len(target) / len(batch))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+                optimizer.step()
+                scheduler.step()
+                running += float(loss.detach())
+                bar.set_postfix(loss=f"{running / n:.4f}")
+            record = {"epoch": epoch + 1, "train_loss": running / max(1, steps_per_epoch)}
+            if val.examples:
+                metrics = self.evaluate(val)[0]
+                record.update({f"val_{k}": v for k, v in metrics.items()})
+                score = metrics["accuracy"] - 1e-3 * metrics["nll"]
+            else:
+                score = -record["train_loss"]
+            history.append(record)
+            log.info("epoch %d: %s", epoch + 1, record)
+            if score > best["score"]:
+                best = {"score": score, "epoch": epoch + 1, "state": self._state()}
+                bad_epochs = 0
+            else:
+                bad_epochs += 1
+            self._save_checkpoint(checkpoint, epoch + 1, history, best, optimizer, scheduler)
+
+        if best["state"] is not None:
+            self._restore(best["state"])
+        if cfg.rl_epochs > 0:
+            rl_history = self.reinforce(train, val)
+            history.extend(rl_history)
+        validation: dict[str, float] = {}
+        calibration = None
+        if val.examples:
+            metrics, val_logits, labels, types = self.evaluate(val)
+            calibration = fit_calibrator(
+                val_logits,
+                labels,
+                types,
+                histogram=cfg.histogram,
+                source=f"validation split ({len(val)} states) of {data.source or 'training data'}",
+            )
+            validation = dict(metrics)
+            validation["ece_calibrated"] = _ece_after(calibration, val_logits, labels, types)
+        self._write(
+            out,
+            data,
+            calibration,
+            history,
+            best["epoch"],
+            validation,
+            time.perf_counter() - started,
+        )
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        return TrainResult(out, history, best["epoch"], validation, time.perf_counter() - started)
+
+    @torch.no_grad()
+    def evaluate(
+        self, data: TrainingSet, head: OptionEvidenceHead | None = None
+    ) -> tuple[dict[str, float], list[torch.Tensor], list[int], list[str]]:
+        """Raw-logit metrics on ``data`` plus the logits, labels and types themselves."""
+        self.model.eval()
+        head = head or self.head
+        head.eval()
+        logits_out: list[torch.Tensor] = []
+        labels: list[int] = []
+        types: list[str] = []
+        order = list(range(len(data)))
+        for start in range(0, len(order), 64):
+            batch = order[start : start + 64]
+            tokens, mask, pooled = self.features([data.examples[i].state for i in batch])
+            for qid, logits, target in self._question_logits(
+                data, batch, tokens, mask, pooled, head
+            ):
+                qtype = str(data.questions[qid].type)  # type: ignore[attr-defined]
+                logits_out.extend(logits.detach().double().cpu())
+                labels.extend(int(t) for t in target)
+                types.extend([qtype] * len(target))
+        nll = sum(
+            float(-torch.log_softmax(row, -1)[y]) for row, y in zip(logits_out, labels, strict=True)
+        ) / max(1, len(labels))
+        acc = sum(int(row.argmax()) == y for row, y in zip(logits_out, labels, strict=True)) / max(
+            1, len(labels)
+        )
+        ece = _ece_after(None, logits_out, labels, types)
+        return {"accuracy": acc, "nll": nll, "ece": ece}, logits_out, labels, types
+
+    # -- RL stage ------------------------------------------------------------------------
+
+    def reinforce(self, train: TrainingSet, val: TrainingSet) -> list[dict[str, float]]:
+        """Policy-gradient fine-tuning of the head with a proper-scoring reward (see rl.py)."""
+        cfg = self.config
+        from tqdm.auto import tqdm
+
+        reference = copy.deepcopy(self.head).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        params = [p for p in self.head.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=cfg.rl_lr, weight_decay=0.0)
+        credits = {
+            qid: partial_credit(
+                str(q.type),  # type: ignore[attr-defined]
+                len(train.names(qid)),
+                cfg.similarity.get(qid),
+            ).to(self.device)
+            for qid, q in train.questions.items()
+        }
+        gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        history = []
+        self.model.eval()
+        for epoch in range(cfg.rl_epochs):
+            order = list(range(len(train)))
+            random.Random(cfg.seed + 7919 * (epoch + 1)).shuffle(order)
+            self.head.train()
+            running, steps = 0.0, 0
+            for start in tqdm(
+                range(0, len(order), cfg.batch_size),
+                desc=f"RL {epoch + 1}/{cfg.rl_epochs}",
+                disable=not cfg.progress,
+                leave=False,
+            ):
+                batch = order[start : start + cfg.batch_size]
+                with torch.no_grad():
+                    tokens, mask, pooled = self.features([train.examples[i].state for i in batch])
+                    ref = {
+                        q: lg
+                        for q, lg, _ in self._question_logits(
+                            train, batch, tokens, mask, pooled, reference
+                        )
+                    }
+                loss = torch.zeros((), device=self.device)
+                for qid, logits, target in self._question_logits(
+                    train, batch, tokens, mask, pooled
+                ):
+                    part = rl_loss(
+                        logits,
+                        ref[qid],
+                        target,
+                        credits[qid],
+                        samples=cfg.rl_samples,
+                        kl_weight=cfg.rl_kl,
+                        generator=gen,
+                    )
+                    loss = loss + part * (len(target) / len(batch))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                running += float(loss.detach())
+                steps += 1
+            record = {
+                "epoch": float(self.config.epochs + epoch + 1),
+                "rl_loss": running / max(1, steps),
+            }
+            if val.examples:
+                record.update({f"val_{k}": v for k, v in self.evaluate(val)[0].items()})
+            history.append(record)
+        return history
+
+    # -- state, checkpoints, output ------------------------------------------------------
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().clone() for n, p in self._trainable().items()}
+
+    def _restore(self, state: dict[str, torch.Tensor]) -> None:
+        params = self._trainable()
+        with torch.no_grad():
+            for n, value in state.items():
+                params[n].copy_(value.to(params[n].device))
+
+    def _save_checkpoint(
+        self,
+        directory: Path,
+        epoch: int,
+        history: list[dict[str, float]],
+        best: dict[str, Any],
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+    ) -> None:
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {f"current.{n}": v.cpu().contiguous() for n, v in self._state().items()}
+        tensors.update(
+            {f"best.{n}": v.cpu().contiguous() for n, v in (best["state"] or {}).items()}
+        )
+        opt = optimizer.state_dict()
+        for idx, slots in opt["state"].items():
+            for k, v in slots.items():
+                tensors[f"opt.{idx}.{k}"] = torch.as_tensor(v).cpu().contiguous()
+        save_file(tensors, str(directory / "state.safetensors"))
+        meta = {
+            "epoch": epoch,
+            "history": history,
+            "best_epoch": best["epoch"],
+            "best_score": best["score"],
+            "param_groups": opt["param_groups"],
+            "scheduler": scheduler.state_dict()["last_epoch"],
+            "config": asdict(self.config),
+        }
+        (directory / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+
+    def _load_checkpoint(
+        self, directory: Path, optimizer: torch.optim.Optimizer, scheduler: Any
+    ) -> tuple[int, list[dict[str, float]], dict[str, Any]]:
+        from safetensors.torch import load_file
+
+        meta = json.loads((directory / "meta.json").read_text())
+        tensors = load_file(str(directory / "state.safetensors"))
+        self._restore(
+            {k[len("current.") :]: v for k, v in tensors.items() if k.startswith("current.")}
+        )
+        best_state = {k[len("best.") :]: v for k, v in tensors.items() if k.startswith("best.")}
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for k, v in tensors.items():
+            if k.startswith("opt."):
+                _, idx, slot = k.split(".", 2)
+                state.setdefault(int(idx), {})[slot] = v
+        groups = meta["param_groups"]
+        for g in groups:
+            if "betas" in g:
+                g["betas"] = tuple(g["betas"])
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+        scheduler.last_epoch = int(meta["scheduler"])
+        scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
+        best = {
+            "score": float(meta["best_score"]),
+            "epoch": int(meta["best_epoch"]),
+            "state": best_state or None,
+        }
+        return int(meta["epoch"]), list(meta["history"]), best
+
+    def _write(
+        self,
+        out: Path,
+        data: TrainingSet,
+        calibration: Any,
+        history: list[dict[str, float]],
+        best_epoch: int,
+        validation: dict[str, float],
+        seconds: float,
+    ) -> None:
+        cfg = self.config
+        if cfg.lora_rank > 0:
+            adapter = out / ADAPTER_DIR
+            shutil.rmtree(adapter, ignore_errors=True)
+            self.model.save_pretrained(str(adapter))
+        self.head.eval()
+        description = self.head.save(out)
+        config: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "backbone": self.backbone.config(),
+            "head": description,
+        }
+        if calibration is not None:
+            config["calibration"] = calibration.to_dict()
+        if cfg.model_name:
+            config["model_name"] = cfg.model_name
+        (out / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        report = {
+            "config": asdict(cfg),
+            "data": {
+                "source": data.source,
+                "states": len(data),
+                "questions": {
+                    q: {
+                        "type": str(getattr(v, "type", "")),
+                        "options": len(data.names(q)),
+                        "fingerprint": fingerprint(str(getattr(v, "type", "")), data.names(q)),
+                    }
+                    for q, v in data.questions.items()
+                },
+            },
+            "history": history,
+            "best_epoch": best_epoch,
+            "validation": validation,
+            "seconds": round(seconds, 1),
+            "backbone": self.backbone.config().get("path", PACKAGED),
+        }
+        (out / "training.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        assert (out / HEAD_FILE).is_file()
+
+
+def _ece_after(
+    calibration: Any, logits: list[torch.Tensor], labels: list[int], types: list[str]
+) -> float:
+    """Mean ECE over question groups with the same option count (after ``calibration``)."""
+    groups: dict[int, list[int]] = {}
+    for i, row in enumerate(logits):
+        groups.setdefault(int(row.numel()), []).append(i)
+    total, weighted = 0, 0.0
+    for n, idx in groups.items():
+        rows = torch.stack([logits[i] for i in idx]).double()
+        if calibration is not None:
+            t = types[idx[0]]
+            probs = calibration.adjust(torch.softmax(calibration.scale(rows, t, n), -1), t, n)
+        else:
+            probs = torch.softmax(rows, -1)
+        weighted += len(idx) * expected_calibration_error(probs.numpy(), [labels[i] for i in idx])
+        total += len(idx)
+    return weighted / max(1, total)

@@ -1,0 +1,135 @@
+"""``clef-agents finetune`` and ``clef-agents calibrate`` on a tiny random encoder."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from clef_agents.cli import main
+from engine import DecisionEngine
+from engine.testing import write_tiny_bert
+
+pytest.importorskip("peft")
+pytestmark = pytest.mark.slow
+
+WORDS = {
+    "billing": "refund payment money",
+    "tech": "bug error login page",
+    "sales": "exchange rate",
+}
+
+
+def write_csv(path, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    lines = ["text,intent"]
+    for i in range(n):
+        label = list(WORDS)[i % 3]
+        words = WORDS[label].split()
+        rng.shuffle(words)
+        lines.append(f"{' '.join(words)} {seed} {i},{label}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return write_tiny_bert(tmp_path_factory.mktemp("bert"))
+
+
+def test_finetune_then_calibrate_then_load(tiny_dir, tmp_path, capsys) -> None:
+    train, heldout, out = tmp_path / "train.csv", tmp_path / "heldout.csv", tmp_path / "model"
+    write_csv(train, 18, seed=0)
+    write_csv(heldout, 30, seed=1)
+    code = main(
+        [
+            "finetune",
+            str(train),
+            "--out",
+            str(out),
+            "--backbone",
+            str(tiny_dir),
+            "--label-col",
+            "intent",
+            "--epochs",
+            "2",
+            "--lora-rank",
+            "2",
+            "--batch-size",
+            "6",
+            "--examples-per-label",
+            "5",
+            "--quiet",
+            "--device",
+            "cpu",
+        ]
+    )
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["states"] == 15 and summary["best_epoch"] >= 1
+    config = json.loads((out / "config.json").read_text())
+    assert config["head"]["questions"]
+
+    png = tmp_path / "rel.png"
+    code = main(
+        [
+            "calibrate",
+            str(out),
+            str(heldout),
+            "--histogram",
+            "--diagram",
+            str(png),
+            "--device",
+            "cpu",
+        ]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["labels"] == 30
+    assert set(report["before"]) == {"ece", "nll", "brier"}
+    # Temperature scaling cannot make the fitted data's NLL worse.
+    assert report["after"]["nll"] <= report["before"]["nll"] + 1e-6
+    assert (tmp_path / "rel-before.png").stat().st_size > 0
+    assert (tmp_path / "rel-after.png").is_file()
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["calibration"]["source"].startswith("clef-agents calibrate")
+    assert saved["head"] == config["head"]
+
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    assert engine.calibrator.temperatures == pytest.approx(
+        {k: float(v) for k, v in report["temperatures"].items()}
+    )
+
+
+def test_finetune_refuses_unusable_data(tiny_dir, tmp_path, capsys) -> None:
+    data = tmp_path / "one.csv"
+    data.write_text("text,label\nhello,a\nworld,a\n")
+    code = main(["finetune", str(data), "--out", str(tmp_path / "m"), "--backbone", str(tiny_dir)])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "only one label ('a')" in err
+    code = main(["finetune", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "m")])
+    assert code == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_to_overwrite_a_bare_hf_dir(tiny_dir, tmp_path, capsys) -> None:
+    data = tmp_path / "d.csv"
+    write_csv(data, 12, seed=2)
+    code = main(["calibrate", str(tiny_dir), str(data), "--label-col", "intent"])
+    assert code == 2
+    assert "--out" in capsys.readouterr().err
+    code = main(
+        [
+            "calibrate",
+            str(tiny_dir),
+            str(data),
+            "--label-col",
+            "intent",
+            "--out",
+            str(tmp_path / "cal"),
+        ]
+    )
+    assert code == 0
+    assert json.loads((tmp_path / "cal" / "config.json").read_text())["format"] == "clef-agents"

@@ -1,0 +1,210 @@
+"""Fine-tuning end to end on a tiny random encoder: loss, save/load, fallback, resume."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+import torch
+
+from engine import Choice, DecisionEngine, MissingDependencyError, Noul, Score
+from engine.heads.trained import TrainedHead
+from engine.testing import write_tiny_bert
+from engine.train import Example, TrainConfig, Trainer, TrainingSet
+
+pytest.importorskip("peft")
+pytestmark = pytest.mark.slow
+
+QUESTIONS = {
+    "route": Choice(instructions="route the ticket", criteria=["billing", "tech", "sales"]),
+    "urgency": Score(instructions="urgency", criteria=["low", "medium", "high"]),
+    "human": Noul(instructions="needs a human?"),
+}
+WORDS = {
+    "billing": "refund payment money",
+    "tech": "bug error login page",
+    "sales": "exchange rate",
+}
+
+
+def dataset(n: int = 24, seed: int = 0) -> TrainingSet:
+    rng = random.Random(seed)
+    examples = []
+    for i in range(n):
+        label = list(WORDS)[i % 3]
+        level = rng.randrange(3)
+        words = [*WORDS[label].split(), ["low", "medium", "high"][level]]
+        rng.shuffle(words)
+        labels = {"route": i % 3, "urgency": level, "human": int(label == "tech")}
+        examples.append(Example(" ".join(words) + f" {i}", labels))
+    return TrainingSet(dict(QUESTIONS), examples, "synthetic")
+
+
+def config(**kw) -> TrainConfig:
+    base = dict(
+        epochs=3,
+        batch_size=8,
+        lora_rank=2,
+        head_dim=16,
+        head_heads=2,
+        head_lr=1e-2,
+        lr=1e-2,
+        val_fraction=0.25,
+        progress=False,
+        max_length=32,
+    )
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def backbone_dir(tmp_path_factory):
+    return write_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+@pytest.fixture(scope="module")
+def trained(backbone_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("model")
+    trainer = Trainer(config(), backbone=str(backbone_dir))
+    result = trainer.fit(dataset(n=40), out)
+    return trainer, result, out
+
+
+def test_training_lowers_the_loss(backbone_dir, trained) -> None:
+    trainer, result, _ = trained
+    data = dataset()
+    before = Trainer(config(), backbone=str(backbone_dir))
+    before.build(data)
+    nll_before = before.evaluate(data)[0]["nll"]
+    nll_after = trainer.evaluate(data)[0]["nll"]
+    assert nll_after < nll_before
+    losses = [h["train_loss"] for h in result.history]
+    assert losses[-1] < losses[0]
+
+
+def test_model_dir_layout_and_report(trained) -> None:
+    _, result, out = trained
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "head.safetensors", "adapter", "training.json"} <= names
+    assert "checkpoint" not in names
+    config = json.loads((out / "config.json").read_text())
+    assert config["head"]["kind"] == "option_evidence"
+    assert len(config["head"]["questions"]) == 3
+    assert set(config["calibration"]["temperatures"]) == {"choice/b2", "score/b2", "noul/b1"}
+    report = json.loads((out / "training.json").read_text())
+    assert report["best_epoch"] == result.best_epoch >= 1
+
+
+def test_from_pretrained_uses_the_trained_head(trained) -> None:
+    trainer, _, out = trained
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    assert isinstance(engine.head, TrainedHead)
+    data = dataset(n=6, seed=3)
+    texts = [ex.state for ex in data.examples]
+    with torch.no_grad():
+        tokens, mask, pooled = trainer.features(texts)
+        trainer.head.eval()
+        qtype, names = "choice", ["billing", "tech", "sales"]
+        raw = trainer.head(
+            tokens, mask, pooled, trainer.head.option_vectors(qtype, names, None), qtype
+        )
+    expected = torch.softmax(engine.calibrator.scale(raw.double(), qtype, 3), -1)
+    results = engine.decide_batch(texts, {"route": QUESTIONS["route"]})
+    got = torch.tensor(
+        [[r.answers["route"].probabilities[n] for n in names] for r in results], dtype=torch.float64
+    )
+    assert torch.allclose(got, expected, atol=1e-4)
+
+
+def test_option_order_and_wording_do_not_matter_for_trained_choices(trained) -> None:
+    _, _, out = trained
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    reworded = Choice(instructions="Which team?", criteria=["sales", "billing", "tech"])
+    a = engine.decide("refund my money", {"q": QUESTIONS["route"]}).answers["q"].probabilities
+    b = engine.decide("refund my money", {"q": reworded}).answers["q"].probabilities
+    assert a == pytest.approx(b, abs=1e-9)
+
+
+def test_untrained_questions_are_answered_zero_shot(trained, backbone_dir) -> None:
+    _, _, out = trained
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    plain = DecisionEngine(path=backbone_dir, device="cpu")
+    new = {"mood": Choice(instructions="mood", criteria=["happy", "angry"])}
+    state = "angry about my lost card"
+    mixed = engine.decide(state, {**new, "route": QUESTIONS["route"]})
+    alone = plain.decide(state, new)
+    assert mixed.answers["mood"].probabilities == pytest.approx(alone.answers["mood"].probabilities)
+    assert set(mixed.answers) == {"mood", "route"}
+    assert mixed.usage.input_tokens >= alone.usage.input_tokens
+    # A trained-only request never needs the base backbone.
+    fresh = DecisionEngine.from_pretrained(out, device="cpu")
+    fresh.decide(state, {"route": QUESTIONS["route"]})
+    assert fresh.head._base is None
+
+
+def test_save_pretrained_round_trip_and_version(trained, tmp_path) -> None:
+    _, _, out = trained
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    engine.save_pretrained(tmp_path)
+    again = DecisionEngine.from_pretrained(tmp_path, device="cpu")
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    state, qs = "login page error", dict(QUESTIONS)
+    a, b = engine.decide(state, qs), again.decide(state, qs)
+    assert a.to_wire()["answers"] == b.to_wire()["answers"]
+    assert a.x_model_version == b.x_model_version
+    plain = DecisionEngine(path=json.loads((out / "config.json").read_text())["backbone"]["path"])
+    assert plain.model_version != engine.model_version
+
+
+def test_int8_loads_and_answers(trained) -> None:
+    _, _, out = trained
+    engine = DecisionEngine.from_pretrained(out, device="cpu", quantize="int8")
+    probs = engine.decide("refund", {"r": QUESTIONS["route"]}).answers["r"].probabilities
+    assert sum(probs.values()) == pytest.approx(1.0)
+
+
+def test_resume_continues_from_the_last_checkpoint(backbone_dir, tmp_path, monkeypatch) -> None:
+    data = dataset(n=12)
+    calls = {"n": 0}
+    original = Trainer.evaluate
+
+    def flaky(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "evaluate", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(epochs=2), backbone=str(backbone_dir)).fit(data, tmp_path)
+    meta = json.loads((tmp_path / "checkpoint" / "meta.json").read_text())
+    assert meta["epoch"] == 1
+    monkeypatch.setattr(Trainer, "evaluate", original)
+    result = Trainer(config(epochs=2), backbone=str(backbone_dir)).fit(data, tmp_path, resume=True)
+    assert [h["epoch"] for h in result.history] == [1, 2]
+    assert result.history[0] == meta["history"][0]
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_bad_configs_and_missing_peft(backbone_dir, tmp_path, monkeypatch) -> None:
+    with pytest.raises(ValueError, match=r"lora_rank must be in 0\.\.256"):
+        TrainConfig(lora_rank=300).check()
+    with pytest.raises(ValueError, match="epochs"):
+        Trainer(TrainConfig(epochs=0))
+    monkeypatch.setitem(sys.modules, "peft", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'clef-agents\[train\]'"):
+        Trainer(config(), backbone=str(backbone_dir)).fit(dataset(n=6), tmp_path)
+
+
+def test_rl_stage_runs_with_partial_credit(backbone_dir, tmp_path) -> None:
+    sim = [[1.0, 0.5, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    cfg = config(epochs=1, lora_rank=0, rl_epochs=1, similarity={"route": sim})
+    result = Trainer(cfg, backbone=str(backbone_dir)).fit(dataset(n=30), tmp_path)
+    rl = [h for h in result.history if "rl_loss" in h]
+    assert len(rl) == 1 and rl[0]["epoch"] == 2
+    assert "val_accuracy" in rl[0]
+    engine = DecisionEngine.from_pretrained(tmp_path, device="cpu")
+    probs = engine.decide("refund", {"r": QUESTIONS["route"]}).answers["r"].probabilities
+    assert sum(probs.values()) == pytest.approx(1.0)

@@ -1,0 +1,119 @@
+"""The option-evidence head: shapes, zero-shot start, option symmetry, persistence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.errors import ModelLoadError
+from engine.heads.option_evidence import (
+    HeadConfig,
+    OptionEvidenceHead,
+    fingerprint,
+    pad_tokens,
+)
+
+
+def inputs(b: int = 3, length: int = 6, h: int = 16, n: int = 5, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randn(b, length, h, generator=gen)
+    mask = torch.ones(b, length, dtype=torch.bool)
+    mask[0, 4:] = False
+    pooled = torch.nn.functional.normalize(torch.randn(b, h, generator=gen), dim=-1)
+    options = torch.nn.functional.normalize(torch.randn(n, h, generator=gen), dim=-1)
+    return tokens, mask, pooled, options
+
+
+def trained_like(seed: int = 0) -> OptionEvidenceHead:
+    torch.manual_seed(seed)
+    head = OptionEvidenceHead(HeadConfig(hidden_size=16, dim=8, heads=2, dropout=0.0))
+    with torch.no_grad():  # give the evidence path non-zero output weights
+        head.out.weight.normal_()
+        head.out.bias.fill_(0.3)
+    return head.eval()
+
+
+@pytest.mark.parametrize("n", [2, 7, 255])
+@pytest.mark.parametrize("qtype", ["choice", "noul", "score"])
+def test_any_number_of_options_and_any_type(n: int, qtype: str) -> None:
+    tokens, mask, pooled, _ = inputs()
+    options = torch.randn(n, 16)
+    assert trained_like()(tokens, mask, pooled, options, qtype).shape == (3, n)
+
+
+def test_untrained_head_is_the_scaled_cosine() -> None:
+    tokens, mask, pooled, options = inputs()
+    head = OptionEvidenceHead(HeadConfig(hidden_size=16, dim=8, heads=2)).eval()
+    logits = head(tokens, mask, pooled, options, "choice")
+    assert torch.allclose(logits, 20.0 * pooled @ options.T, atol=1e-5)
+
+
+def test_permuting_options_permutes_logits() -> None:
+    tokens, mask, pooled, options = inputs()
+    head = trained_like()
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    a = head(tokens, mask, pooled, options, "choice")
+    b = head(tokens, mask, pooled, options[perm], "choice")
+    assert torch.allclose(a[:, perm], b, atol=1e-5)
+
+
+def test_competitors_change_an_options_score() -> None:
+    tokens, mask, pooled, options = inputs()
+    head = trained_like()
+    full = head(tokens, mask, pooled, options, "choice")[:, 0]
+    fewer = head(tokens, mask, pooled, options[:2], "choice")[:, 0]
+    assert not torch.allclose(full, fewer)
+
+
+def test_padding_does_not_change_logits() -> None:
+    tokens, mask, pooled, options = inputs()
+    head = trained_like()
+    a = head(tokens, mask, pooled, options, "choice")
+    noisy = tokens.clone()
+    noisy[0, 4:] = 1e3  # masked positions
+    b = head(noisy, mask, pooled, options, "choice")
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_option_bank_is_order_free_for_choice() -> None:
+    head = trained_like()
+    vectors = torch.randn(3, 16)
+    head.add_question("choice", ["a", "b", "c"], vectors)
+    assert head.knows("choice", ["c", "a", "b"])
+    assert not head.knows("score", ["a", "b", "c"])
+    got = head.option_vectors("choice", ["c", "a", "b"], None)
+    assert torch.equal(got, vectors[[2, 0, 1]])
+    assert fingerprint("score", ["0", "1"]) != fingerprint("score", ["1", "0"])
+    with pytest.raises(KeyError):
+        head.option_vectors("choice", ["x", "y"], None)
+
+
+def test_save_load_round_trip(tmp_path) -> None:
+    head = trained_like()
+    head.add_question("choice", ["a", "b", "c"], torch.randn(3, 16))
+    description = head.save(tmp_path)
+    again = OptionEvidenceHead.load(tmp_path, description)
+    tokens, mask, pooled, _ = inputs(n=3)
+    options = head.option_vectors("choice", ["a", "b", "c"], None)
+    assert torch.allclose(
+        head(tokens, mask, pooled, options, "choice"),
+        again(
+            tokens, mask, pooled, again.option_vectors("choice", ["a", "b", "c"], None), "choice"
+        ),
+    )
+    (tmp_path / "head.safetensors").unlink()
+    with pytest.raises(ModelLoadError, match=r"head\.safetensors"):
+        OptionEvidenceHead.load(tmp_path, description)
+
+
+def test_no_evidence_ablation_has_no_attention_layers() -> None:
+    head = OptionEvidenceHead(HeadConfig(hidden_size=16, evidence=False))
+    assert sum(p.numel() for p in head.parameters()) == 1 + 3
+    tokens, mask, pooled, options = inputs()
+    assert head(tokens, mask, pooled, options, "noul").shape == (3, 5)
+
+
+def test_pad_tokens() -> None:
+    states, mask = pad_tokens([torch.ones(2, 4), torch.ones(5, 4)])
+    assert states.shape == (2, 5, 4) and mask.sum().item() == 7
+    assert float(states[0, 2:].abs().sum()) == 0.0

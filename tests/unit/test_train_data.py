@@ -1,0 +1,104 @@
+"""Training data: both layouts, and specific errors for unusable data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.errors import InvalidRequestError
+from engine.train.data import (
+    TrainingDataError,
+    load_eval_data,
+    load_training_data,
+    sample_per_label,
+    split,
+)
+
+
+def write(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_text_label_csv_becomes_one_choice_question(tmp_path) -> None:
+    path = write(tmp_path, "d.csv", "text,category\nhi,a\nyo,b\nhey,a\n")
+    data = load_training_data(path)
+    assert list(data.questions) == ["category"]
+    assert data.names("category") == ["a", "b"]
+    assert [ex.labels["category"] for ex in data.examples] == [0, 1, 0]
+
+
+def test_several_questions_per_state_jsonl(tmp_path) -> None:
+    rows = [
+        {"state": {"msg": "refund please"}, "question": "route", "label": "billing"},
+        {"state": {"msg": "refund please"}, "question": "urgent", "label": "yes"},
+        {"state": {"msg": "site down"}, "question": "route", "label": "tech"},
+        {"state": {"msg": "site down"}, "question": "urgent", "label": "no"},
+        {"state": {"msg": "site down"}, "question": "level", "label": "high"},
+        {"state": {"msg": "refund please"}, "question": "level", "label": "0"},
+    ]
+    path = write(tmp_path, "d.jsonl", "\n".join(json.dumps(r) for r in rows))
+    questions = {
+        "route": {"type": "choice", "instructions": "Route", "criteria": ["billing", "tech"]},
+        "urgent": {"type": "noul", "instructions": "Urgent?"},
+        "level": {"type": "score", "instructions": "Severity", "criteria": ["low", "high"]},
+    }
+    data = load_training_data(path, questions=questions)
+    assert len(data) == 2  # merged by state
+    assert data.examples[0].labels == {"route": 0, "urgent": 0, "level": 0}
+    assert data.examples[1].labels == {"route": 1, "urgent": 1, "level": 1}
+    assert data.examples[0].state == "msg: refund please"
+
+
+def test_empty_data_is_refused(tmp_path) -> None:
+    with pytest.raises(TrainingDataError, match="no labelled rows"):
+        load_training_data(write(tmp_path, "d.csv", "text,label\n"))
+    with pytest.raises(TrainingDataError, match="no such file"):
+        load_training_data(tmp_path / "missing.csv")
+
+
+def test_one_label_is_refused(tmp_path) -> None:
+    with pytest.raises(
+        TrainingDataError, match=r"only one label \('a'\); training needs at least 2"
+    ):
+        load_training_data(write(tmp_path, "d.csv", "text,label\nx,a\ny,a\n"))
+
+
+def test_unknown_labels_in_eval_data_are_refused(tmp_path) -> None:
+    train = load_training_data(write(tmp_path, "t.csv", "text,label\nx,a\ny,b\n"))
+    path = write(tmp_path, "e.csv", "text,label\nx,a\nz,zebra\n")
+    with pytest.raises(TrainingDataError, match="row 2: label 'zebra' is not an option") as info:
+        load_eval_data(path, train.questions)
+    assert info.value.field == "data.rows[2].label"
+    assert isinstance(info.value, InvalidRequestError)
+
+
+def test_missing_column_and_empty_cells(tmp_path) -> None:
+    with pytest.raises(TrainingDataError, match="cannot find the label column"):
+        load_training_data(write(tmp_path, "d.csv", "text,foo\nx,a\n"))
+    with pytest.raises(TrainingDataError, match="no label column 'cat'"):
+        load_training_data(write(tmp_path, "d.csv", "text,label\nx,a\n"), label_col="cat")
+    with pytest.raises(TrainingDataError, match="row 2 has an empty 'label'"):
+        load_training_data(write(tmp_path, "d.csv", "text,label\nx,a\ny,\n"))
+
+
+def test_noul_and_score_labels(tmp_path) -> None:
+    path = write(tmp_path, "d.csv", "text,label\nx,yes\ny,maybe\n")
+    with pytest.raises(TrainingDataError, match="'maybe' is not an option"):
+        load_training_data(path, questions={"q": {"type": "noul", "instructions": "ok?"}})
+
+
+def test_sample_per_label_and_stratified_split(tmp_path) -> None:
+    lines = ["text,label"] + [f"t{i},{'abc'[i % 3]}" for i in range(60)]
+    data = load_training_data(write(tmp_path, "d.csv", "\n".join(lines)))
+    few = sample_per_label(data, 4, seed=1)
+    assert len(few) == 12
+    assert sample_per_label(data, 4, seed=1).examples == few.examples
+    train, val = split(data, 0.2, seed=0)
+    assert len(val) == 12 and len(train) == 48
+    assert sorted({ex.labels["label"] for ex in val.examples}) == [0, 1, 2]
+    assert not {ex.state for ex in val.examples} & {ex.state for ex in train.examples}
+    with pytest.raises(TrainingDataError, match="at least 1"):
+        sample_per_label(data, 0)
