@@ -104,7 +104,9 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
     kwargs.setdefault("calibrator", Calibrator.from_dict(data.get("calibration") or {}))
     if "model_name" in data:
         kwargs.setdefault("model_name", data["model_name"])
-    if data.get("head") or (directory / ADAPTER_DIR).is_dir():
+    # The trainer's LoRA is merged into an encoder; a decoder keeps its peft adapter
+    # live (``load_adapter`` below) so that its version follows the adapter weights.
+    if data.get("head") or ((directory / ADAPTER_DIR).is_dir() and kind == "encoder"):
         return _load_trained(cls, directory, data, kind, path, kwargs)
     engine = cls(path=path, **kwargs)
     adapter = directory / "adapter"
