@@ -29,8 +29,10 @@ PACKAGED = "packaged:all-MiniLM-L6-v2"
 DEFAULT_OVERLAP = 32
 """Tokens shared by neighbouring windows of a long text."""
 
-MAX_WINDOW_BATCH = 64
-"""Windows per forward pass; larger batches are split (bounded memory)."""
+MAX_WINDOW_BATCH = 16
+"""Windows per forward pass. Windows are sorted by length first, so small chunks pad
+little: on 2 CPU cores a batch of 64 BANKING77 queries ran at 261-269 texts/s in chunks of
+16 against 125-130 texts/s in one chunk of 64 (chunks of 8: 258-268, of 4: 203-213)."""
 
 
 def packaged_model_path() -> Path:
