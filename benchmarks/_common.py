@@ -40,8 +40,13 @@ def machine() -> dict[str, Any]:
     except (ValueError, OSError):
         mem_gib = float("nan")
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
     except OSError:
         commit = ""
     return {
@@ -59,9 +64,12 @@ def machine() -> dict[str, Any]:
 
 def percentiles(values_ms: list[float]) -> dict[str, float]:
     arr = np.asarray(values_ms)
-    return {"p50_ms": round(float(np.percentile(arr, 50)), 3),
-            "p95_ms": round(float(np.percentile(arr, 95)), 3),
-            "mean_ms": round(float(arr.mean()), 3), "n": int(arr.size)}
+    return {
+        "p50_ms": round(float(np.percentile(arr, 50)), 3),
+        "p95_ms": round(float(np.percentile(arr, 95)), 3),
+        "mean_ms": round(float(arr.mean()), 3),
+        "n": int(arr.size),
+    }
 
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks._common import percentiles, shared_data, write_result
+from benchmarks._common import RESULTS, percentiles, shared_data, write_result
 from engine import DecisionEngine
 from engine.calibration import Calibrator
 from engine.calibration.metrics import expected_calibration_error
@@ -29,8 +29,14 @@ from engine.evaluation import columns, evaluate, label_question, read_records, s
 SEEDS = (0, 1, 2)
 
 
-def _eval(engine: DecisionEngine, texts: list[str], labels: list[str], question: Any,
-          *, uncalibrated: bool = False) -> dict[str, Any]:
+def _eval(
+    engine: DecisionEngine,
+    texts: list[str],
+    labels: list[str],
+    question: Any,
+    *,
+    uncalibrated: bool = False,
+) -> dict[str, Any]:
     """Evaluate in batches of 64 (speed); with ``uncalibrated`` also report T=1 ECE."""
     report = evaluate(engine, texts, labels, question, batch_size=64)
     out = {k: report.summary()[k] for k in ("accuracy", "macro_f1", "ece", "brier", "nll")}
@@ -47,7 +53,8 @@ def _eval(engine: DecisionEngine, texts: list[str], labels: list[str], question:
             raw = evaluate(engine, texts, labels, question, batch_size=64)
             engine.calibrator = calibrated
         out["ece_before_calibration"] = round(
-            expected_calibration_error(raw.probabilities, raw.label_index), 5)
+            expected_calibration_error(raw.probabilities, raw.label_index), 5
+        )
     return out
 
 
@@ -56,8 +63,12 @@ def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: round(float(np.mean([r[k] for r in runs])), 5) for k in keys}
 
 
-def accuracy_section(engine: DecisionEngine, train: tuple[list[str], list[str]],
-                     test: tuple[list[str], list[str]], intents: list[str]) -> dict[str, Any]:
+def accuracy_section(
+    engine: DecisionEngine,
+    train: tuple[list[str], list[str]],
+    test: tuple[list[str], list[str]],
+    intents: list[str],
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     zs_question = label_question(intents)
     out["zero_shot"] = _eval(engine, *test, zs_question, uncalibrated=True)
@@ -88,8 +99,9 @@ def accuracy_section(engine: DecisionEngine, train: tuple[list[str], list[str]],
     return out
 
 
-def latency_section(engine: DecisionEngine, texts: list[str], intents: list[str],
-                    n: int) -> dict[str, Any]:
+def latency_section(
+    engine: DecisionEngine, texts: list[str], intents: list[str], n: int
+) -> dict[str, Any]:
     """Single decisions with one 77-option question vs a bare backbone forward."""
     question = {"intent": label_question(intents)}
     backbone = engine.backbone
@@ -101,21 +113,26 @@ def latency_section(engine: DecisionEngine, texts: list[str], intents: list[str]
     with torch.inference_mode():
         for text in sample:
             t0 = time.perf_counter()
-            enc = tokenizer(text, return_tensors="pt", truncation=True,
-                            max_length=backbone.max_length)
+            enc = tokenizer(
+                text, return_tensors="pt", truncation=True, max_length=backbone.max_length
+            )
             model(**enc)
             bare_ms.append((time.perf_counter() - t0) * 1000)
             t0 = time.perf_counter()
             engine.decide(text, question)
             decide_ms.append((time.perf_counter() - t0) * 1000)
     d, b = percentiles(decide_ms), percentiles(bare_ms)
-    return {"decide_77_options": d, "bare_backbone_forward": b,
-            "engine_overhead_p50": round(d["p50_ms"] / b["p50_ms"] - 1, 4),
-            "engine_overhead_mean": round(d["mean_ms"] / b["mean_ms"] - 1, 4)}
+    return {
+        "decide_77_options": d,
+        "bare_backbone_forward": b,
+        "engine_overhead_p50": round(d["p50_ms"] / b["p50_ms"] - 1, 4),
+        "engine_overhead_mean": round(d["mean_ms"] / b["mean_ms"] - 1, 4),
+    }
 
 
-def throughput_section(engine: DecisionEngine, texts: list[str], intents: list[str],
-                       batches: int) -> dict[str, Any]:
+def throughput_section(
+    engine: DecisionEngine, texts: list[str], intents: list[str], batches: int
+) -> dict[str, Any]:
     question = {"intent": label_question(intents)}
     sample = random.Random(1).sample(texts, 64 * batches)
     engine.decide_batch(sample[:64], question)
@@ -123,13 +140,17 @@ def throughput_section(engine: DecisionEngine, texts: list[str], intents: list[s
     for i in range(batches):
         engine.decide_batch(sample[i * 64 : (i + 1) * 64], question)
     elapsed = time.perf_counter() - t0
-    return {"batch_size": 64, "decisions": 64 * batches,
-            "decisions_per_s": round(64 * batches / elapsed, 1)}
+    return {
+        "batch_size": 64,
+        "decisions": 64 * batches,
+        "decisions_per_s": round(64 * batches / elapsed, 1),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="BANKING77 engine benchmark")
     parser.add_argument("--quick", action="store_true", help="300 test rows, fewer timings")
+    parser.add_argument("--only", choices=["int8"], help="re-run one section into the JSON")
     args = parser.parse_args()
     data = shared_data() / "banking77"
     intents = json.loads((data / "categories.json").read_text())
@@ -140,25 +161,36 @@ def main() -> None:
         test = ([test[0][i] for i in idx], [test[1][i] for i in idx])
     n_latency, n_batches = (100, 4) if args.quick else (500, 20)
     started = time.perf_counter()
-    results: dict[str, Any] = {"data": "BANKING77 official split; examples from train.csv, "
-                               f"metrics on test.csv ({len(test[0])} rows)", "quick": args.quick}
-    fp32 = DecisionEngine()
-    results["fp32"] = {
-        **accuracy_section(fp32, train, test, intents),
-        "latency": latency_section(fp32, test[0], intents, n_latency),
-        "throughput": throughput_section(fp32, test[0], intents, n_batches),
+    results: dict[str, Any] = {
+        "data": "BANKING77 official split; examples from train.csv, "
+        f"metrics on test.csv ({len(test[0])} rows)",
+        "quick": args.quick,
     }
-    print("fp32 latency", results["fp32"]["latency"], results["fp32"]["throughput"], flush=True)
+    if args.only == "int8":
+        previous = json.loads((RESULTS / "banking77_engine.json").read_text())
+        results = {k: v for k, v in previous.items() if k not in ("benchmark", "machine")}
+        results["fp32_from_commit"] = previous["machine"]["commit"]
+    else:
+        fp32 = DecisionEngine()
+        results["fp32"] = {
+            **accuracy_section(fp32, train, test, intents),
+            "latency": latency_section(fp32, test[0], intents, n_latency),
+            "throughput": throughput_section(fp32, test[0], intents, n_batches),
+        }
+        print("fp32", results["fp32"]["latency"], results["fp32"]["throughput"], flush=True)
     int8 = DecisionEngine(quantize="int8")
     examples, _ = sample_examples(*train, 10, seed=0)
     results["int8"] = {
+        "calibration": int8.calibrator.source,
         "zero_shot": _eval(int8, *test, label_question(intents)),
         "ten_shot_seed0": _eval(int8, *test, label_question(intents, examples)),
         "latency": latency_section(int8, test[0], intents, n_latency),
         "throughput": throughput_section(int8, test[0], intents, n_batches),
     }
     print("int8", results["int8"], flush=True)
-    results["wall_s"] = round(time.perf_counter() - started, 1)
+    results["int8"]["wall_s"] = round(time.perf_counter() - started, 1)
+    if args.only is None:
+        results["wall_s"] = results["int8"].pop("wall_s")
     print(write_result("banking77_engine", results))
 
 

@@ -3,7 +3,7 @@
 Data: BANKING77 ``train.csv`` only (never the test split), from ../shared/data.
 Writes ``engine/data/zero_shot_calibration.json``. Run from the repo root:
 
-    python benchmarks/fit_zero_shot.py [--data ../shared/data/banking77/train.csv]
+    python -m benchmarks.fit_zero_shot [--int8] [--data ../shared/data/banking77/train.csv]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from engine import DecisionEngine
-from engine.calibration.temperature import BUNDLED
+from engine.calibration.temperature import BUNDLED, BUNDLED_INT8
 from engine.calibration.zero_shot_fit import fit_zero_shot
 from engine.evaluation import columns, read_records
 
@@ -25,14 +25,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(ROOT.parent / "shared/data/banking77/train.csv"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(BUNDLED))
+    parser.add_argument("--int8", action="store_true", help="fit for quantize='int8'")
+    parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    args.out = args.out or str(BUNDLED_INT8 if args.int8 else BUNDLED)
     texts, labels = columns(read_records(args.data), "text", "category", args.data)
-    engine = DecisionEngine()
+    engine = DecisionEngine(quantize="int8" if args.int8 else None)
     started = time.perf_counter()
     source = (
         f"BANKING77 train.csv ({len(texts)} rows, not an evaluation set), "
-        f"benchmarks/fit_zero_shot.py --seed {args.seed}"
+        f"benchmarks/fit_zero_shot.py --seed {args.seed}" + (" --int8" if args.int8 else "")
     )
     calibrator = fit_zero_shot(engine, texts, labels, seed=args.seed, source=source)
     out = Path(args.out)

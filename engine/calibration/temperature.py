@@ -24,6 +24,8 @@ from engine.calibration.histogram import HistogramBinning
 DEFAULT_TEMPERATURE = 1.0
 BUNDLED = Path(__file__).resolve().parent.parent / "data" / "zero_shot_calibration.json"
 """Zero-shot temperatures for the embedded model; see ``benchmarks/fit_zero_shot.py``."""
+BUNDLED_INT8 = BUNDLED.with_name("zero_shot_calibration_int8.json")
+"""The same for the embedded model under dynamic int8 quantization (``--int8``)."""
 
 
 def bucket(n_options: int) -> int:
@@ -111,8 +113,10 @@ class Calibrator:
         )
 
     @classmethod
-    def bundled(cls) -> Calibrator:
-        """The zero-shot calibration shipped for the embedded model."""
+    def bundled(cls, quantize: str | None = None) -> Calibrator:
+        """The zero-shot calibration shipped for the embedded model (fp32 or int8)."""
+        if quantize == "int8" and BUNDLED_INT8.is_file():
+            return cls.from_dict(json.loads(BUNDLED_INT8.read_text()))
         if BUNDLED.is_file():
             return cls.from_dict(json.loads(BUNDLED.read_text()))
         return cls(source="identity (bundled calibration missing)")

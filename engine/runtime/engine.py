@@ -132,6 +132,9 @@ class DecisionEngine:
         if calibrator is None and hasattr(backbone, "default_calibrator"):
             # Backbones whose raw scores are not cosine similarities bring their own.
             calibrator = backbone.default_calibrator()
+        elif calibrator is None and getattr(backbone, "quantize", None) == "int8":
+            # int8 shifts the similarities; it has its own fitted temperatures.
+            calibrator = Calibrator.bundled("int8")
         self.head = ZeroShotHead(calibrator)
         self.max_state_chars = int(max_state_chars)
         self.model_name = model_name or _default_name(self.backbone)

@@ -137,8 +137,11 @@ def build_request(
             "questions are required (pass them, or a request with 'questions')",
             field="questions",
         )
-    payload: dict[str, Any] = {"state": item, "questions": questions_from(questions),
-                               "model": model}
+    payload: dict[str, Any] = {
+        "state": item,
+        "questions": questions_from(questions),
+        "model": model,
+    }
     if assets:
         payload["assets"] = assets
     return DecisionRequest.parse(payload)

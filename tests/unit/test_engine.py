@@ -271,6 +271,9 @@ def test_int8_mode_runs_on_cpu(tiny_engine):
     backbone = EncoderBackbone(tiny_engine.backbone.directory, quantize="int8", max_length=32)
     engine = DecisionEngine(backbone)
     _assert_valid(engine.decide(STATES[0], QUESTIONS))
+    # int8 similarities are shifted; the engine picks the temperatures fitted for int8.
+    assert engine.calibrator.source.endswith("--int8")
+    assert tiny_engine.calibrator.source.endswith("--seed 0")
     with pytest.raises(ValueError, match="quantize"):
         EncoderBackbone(tiny_engine.backbone.directory, quantize="int4")
 
