@@ -88,7 +88,7 @@ def _flat(result):
     return out
 
 
-def _close(a, b, tol=1e-5):
+def _assert_close(a, b, tol=1e-5):
     assert a.keys() == b.keys()
     for k in a:
         for opt in a[k]:
@@ -98,32 +98,32 @@ def _close(a, b, tol=1e-5):
 def test_invariant_to_question_order_and_ids(tiny_engine):
     base = _flat(tiny_engine.decide(STATES[1], QUESTIONS))
     reordered = dict(reversed(list(QUESTIONS.items())))
-    _close(base, _flat(tiny_engine.decide(STATES[1], reordered)))
+    _assert_close(base, _flat(tiny_engine.decide(STATES[1], reordered)))
     renamed = {f"q_{i}": q for i, q in enumerate(QUESTIONS.values())}
     mapping = dict(zip(renamed, QUESTIONS))
     got = _flat(tiny_engine.decide(STATES[1], renamed))
-    _close(base, {mapping[k]: v for k, v in got.items()})
+    _assert_close(base, {mapping[k]: v for k, v in got.items()})
 
 
 def test_invariant_to_batching(tiny_engine):
     singles = [_flat(tiny_engine.decide(s, QUESTIONS)) for s in STATES]
     batched = [_flat(r) for r in tiny_engine.decide_batch(STATES, QUESTIONS)]
     for one, many in zip(singles, batched):
-        _close(one, many)
+        _assert_close(one, many)
 
 
 def test_dict_questions_and_wire_requests(tiny_engine):
     wire = {"type": "choice", "instructions": "Route", "criteria": {"a": None, "b": "bug"}}
     r1 = tiny_engine.decide("login bug", {"q": wire})
     r2 = tiny_engine.decide({"model": "jev-latest", "state": "login bug", "questions": {"q": wire}})
-    _close(_flat(r1), _flat(r2))
+    _assert_close(_flat(r1), _flat(r2))
     assert r2.model == "jev-latest"
 
 
 def test_json_and_message_states(tiny_engine):
     a = tiny_engine.decide({"user": "bob", "msg": "refund"}, QUESTIONS)
     b = tiny_engine.decide({"msg": "refund", "user": "bob"}, QUESTIONS)
-    _close(_flat(a), _flat(b), tol=0)
+    _assert_close(_flat(a), _flat(b), tol=0)
     chat = [{"role": "user", "content": "my login fails"}]
     _assert_valid(tiny_engine.decide(chat, QUESTIONS))
 
@@ -169,7 +169,7 @@ def test_batch_keeps_every_item_in_order(tiny_engine):
     assert isinstance(out[1], InvalidRequestError) and out[1].field == "state"
     assert isinstance(out[4], InvalidRequestError)
     for i in (0, 2, 3):
-        _close(_flat(out[i]), _flat(tiny_engine.decide(items[i], QUESTIONS)))
+        _assert_close(_flat(out[i]), _flat(tiny_engine.decide(items[i], QUESTIONS)))
     with pytest.raises(InvalidRequestError):
         tiny_engine.decide_batch(items, QUESTIONS)
 
@@ -196,7 +196,7 @@ def test_batch_of_requests_with_different_questions(tiny_engine):
 async def test_async_forms_match_sync(tiny_engine):
     sync = _flat(tiny_engine.decide(STATES[0], QUESTIONS))
     got = await tiny_engine.adecide(STATES[0], QUESTIONS)
-    _close(sync, _flat(got))
+    _assert_close(sync, _flat(got))
     many = await asyncio.gather(*(tiny_engine.adecide(s, QUESTIONS) for s in STATES))
     assert len(many) == len(STATES)
     batch = await tiny_engine.adecide_batch(["ok", ""], QUESTIONS, return_exceptions=True)
@@ -258,7 +258,7 @@ def test_save_load_round_trip(tiny_engine, tmp_path):
     engine.save_pretrained(tmp_path / "m", copy_backbone=True)
     loaded = DecisionEngine.from_pretrained(tmp_path / "m")
     after = loaded.decide(STATES[0], QUESTIONS)
-    _close(_flat(before), _flat(after))
+    _assert_close(_flat(before), _flat(after))
     assert loaded.model_version == engine.model_version or loaded.model_name == "tiny"
     assert loaded.calibrator.temperatures == engine.calibrator.temperatures
     assert (tmp_path / "m" / "backbone" / "model.safetensors").is_file()
@@ -298,7 +298,7 @@ def test_to_cpu_keeps_answers_and_clears_caches(tiny_engine):
     assert len(engine._vectors) > 0
     assert engine.to("cpu") is engine
     assert len(engine._vectors) == 0
-    _close(before, _flat(engine.decide(STATES[0], QUESTIONS)))
+    _assert_close(before, _flat(engine.decide(STATES[0], QUESTIONS)))
     if not torch.cuda.is_available():
         with pytest.raises(DeviceUnavailableError):
             engine.to("cuda")
