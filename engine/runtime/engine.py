@@ -105,7 +105,7 @@ class DecisionEngine:
         dtype: ``"auto"`` (bf16 on CUDA, fp32 elsewhere) or a dtype.
         quantize: ``"int8"`` for dynamic int8 quantization of the linear layers (CPU).
         calibrator: Temperatures; default: the zero-shot calibration bundled for the
-            embedded model.
+            embedded model (fitted separately for fp32 and for ``quantize="int8"``).
         max_state_chars: Cap on the rendered state; longer states are refused with
             :class:`StateTooLargeError` (states above the backbone window are windowed).
         model_name: Name reported in results when a request names no model.
