@@ -26,15 +26,20 @@ def register_backbone(kind: str, factory: str | Callable[..., Backbone]) -> None
     BACKBONES[kind] = factory
 
 
-def load_backbone(kind: str = "encoder", path: Any = None, **kwargs: Any) -> Backbone:
-    """Build a backbone of ``kind`` from a local ``path`` (``None``: the packaged default)."""
+def backbone_factory(kind: str) -> Callable[..., Backbone]:
+    """The class (or factory) registered for ``kind``, imported on first use."""
     if kind not in BACKBONES:
         raise ValueError(f"backbone: unknown kind {kind!r}; known kinds: {sorted(BACKBONES)}")
     factory = BACKBONES[kind]
     if isinstance(factory, str):
         module, _, attr = factory.partition(":")
         factory = getattr(importlib.import_module(module), attr)
-    return factory(path, **kwargs)
+    return factory
+
+
+def load_backbone(kind: str = "encoder", path: Any = None, **kwargs: Any) -> Backbone:
+    """Build a backbone of ``kind`` from a local ``path`` (``None``: the packaged default)."""
+    return backbone_factory(kind)(path, **kwargs)
 
 
 __all__ = [

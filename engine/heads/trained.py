@@ -8,7 +8,7 @@ engine without a trained head would answer it; that base backbone is loaded the 
 time such a question arrives.
 
 Example:
-    >>> engine = DecisionEngine.from_pretrained("out/banking77")     # doctest: +SKIP
+    >>> engine = DecisionEngine.from_pretrained("./out/banking77")     # doctest: +SKIP
     >>> engine.head.knows(question)                                  # doctest: +SKIP
     True
 """

@@ -74,39 +74,18 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
     path = backbone.pop("path", PACKAGED)
     if path != PACKAGED and not Path(path).is_absolute():
         path = str((directory / path).resolve())
-    options = {k: v for k, v in backbone.items() if not k.startswith("adapter")}
-    if kind == "encoder" and options.get("max_length") is not None and "backbone" not in kwargs:
-        from engine.backbones import load_backbone
-
-        kwargs["backbone"] = load_backbone(
-            kind,
-            path,
-            device=kwargs.get("device"),
-            dtype=kwargs.get("dtype"),
-            quantize=kwargs.get("quantize"),
-            max_length=options["max_length"],
-        )
-    options.pop("max_length", None)
-    if options and kind != "encoder" and "backbone" not in kwargs:
-        # Non-default backbone options (e.g. the decoder's rotations or prior) saved in
-        # config.json go back to the backbone's constructor.
-        from engine.backbones import load_backbone
-
-        kwargs["backbone"] = load_backbone(
-            kind,
-            path,
-            device=kwargs.get("device"),
-            dtype=kwargs.get("dtype"),
-            quantize=kwargs.get("quantize"),
-            **options,
-        )
+    # The trainer's LoRA is merged into an encoder; a decoder keeps its peft adapter
+    # live (``load_adapter`` below) so that its version follows the adapter weights.
+    trained = bool(data.get("head")) or ((directory / ADAPTER_DIR).is_dir() and kind == "encoder")
+    if "backbone" not in kwargs and not trained:
+        rebuilt = _rebuild_backbone(kind, path, backbone, kwargs)
+        if rebuilt is not None:
+            kwargs["backbone"] = rebuilt
     kwargs.setdefault("backbone", kind)
     kwargs.setdefault("calibrator", Calibrator.from_dict(data.get("calibration") or {}))
     if "model_name" in data:
         kwargs.setdefault("model_name", data["model_name"])
-    # The trainer's LoRA is merged into an encoder; a decoder keeps its peft adapter
-    # live (``load_adapter`` below) so that its version follows the adapter weights.
-    if data.get("head") or ((directory / ADAPTER_DIR).is_dir() and kind == "encoder"):
+    if trained:
         return _load_trained(cls, directory, data, kind, path, kwargs)
     engine = cls(path=path, **kwargs)
     adapter = directory / "adapter"
@@ -114,6 +93,35 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
         engine.backbone.load_adapter(adapter)
         engine._version = None  # the version follows the adapter weights
     return engine
+
+
+def _rebuild_backbone(kind: str, path: str, saved: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """Rebuild the backbone with the options its ``config()`` saved (e.g. ``max_length``,
+    the decoder's ``rotations``, the vision backbone's ``clip_path``).
+
+    Only keys the backbone's constructor takes are passed back; ``None`` when there are
+    none, so the engine builds the backbone with its defaults.
+    """
+    import inspect
+
+    from engine.backbones import backbone_factory
+
+    factory = backbone_factory(kind)
+    accepted = inspect.signature(factory).parameters
+    options = {
+        k: v
+        for k, v in saved.items()
+        if k in accepted and k not in ("path", "device", "dtype", "quantize")
+    }
+    if not options:
+        return None
+    return factory(
+        path,
+        device=kwargs.get("device"),
+        dtype=kwargs.get("dtype"),
+        quantize=kwargs.get("quantize"),
+        **options,
+    )
 
 
 def _load_trained(
