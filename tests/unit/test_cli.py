@@ -62,6 +62,28 @@ def test_decide_inline_questions_table_and_json(capsys, tiny_dir):
     assert wire["usage"]["output_tokens"] == 0
 
 
+def test_decide_dtype_flag_reaches_the_engine(capsys, tiny_dir, monkeypatch):
+    import engine
+
+    seen = {}
+    real = engine.DecisionEngine.from_pretrained.__func__
+
+    def spy(cls, path, **kwargs):
+        seen.update(kwargs)
+        return real(cls, path, **kwargs)
+
+    monkeypatch.setattr(engine.DecisionEngine, "from_pretrained", classmethod(spy))
+    args = ("decide", "refund please", "--model", tiny_dir, "--choice", "i=refund,card", "--json")
+    code, out, _ = _run(capsys, *args, "--dtype", "bf16")
+    assert code == 0 and seen["dtype"] == "bf16"
+    bf16 = json.loads(out)["answers"]["i"]["probabilities"]
+    seen.clear()
+    code, out, _ = _run(capsys, *args)
+    assert code == 0 and "dtype" not in seen  # auto: the engine's own default
+    fp32 = json.loads(out)["answers"]["i"]["probabilities"]
+    assert abs(bf16["refund"] - fp32["refund"]) < 0.05
+
+
 def test_decide_questions_file_yaml_and_stdin_state(capsys, tiny_dir, tmp_path, monkeypatch):
     qfile = tmp_path / "q.yaml"
     qfile.write_text(

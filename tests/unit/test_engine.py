@@ -278,6 +278,49 @@ def test_int8_mode_runs_on_cpu(tiny_engine):
         EncoderBackbone(tiny_engine.backbone.directory, quantize="int4")
 
 
+def test_int8_keeps_the_early_feed_forward_outputs_in_fp32(tiny_engine):
+    import torch
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    from engine.backbones import EncoderBackbone
+    from engine.backbones.encoder import INT8_KEEP_FP32, _vnni
+
+    backbone = EncoderBackbone(tiny_engine.backbone.directory, quantize="int8", max_length=32)
+    kept, quantized = [], []
+    for name, module in backbone.model.named_modules():
+        if isinstance(module, DynamicLinear):
+            quantized.append(name)
+        elif isinstance(module, torch.nn.Linear):
+            kept.append(name)
+    assert kept == ["encoder.layer.0.output.dense", "encoder.layer.1.output.dense"]
+    assert "encoder.layer.0.intermediate.dense" in quantized
+    assert not any(INT8_KEEP_FP32.search(name) for name in quantized)
+    full_range = any(type(m).__name__ == "FullRangeDynamicLinear" for m in backbone.model.modules())
+    assert full_range == _vnni()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_full_range_int8_linear_is_closer_to_fp32():
+    import torch
+    from torch.ao.quantization import quantize_dynamic
+
+    from engine.backbones.encoder import _full_range_linear, _vnni
+
+    if not _vnni():
+        pytest.skip("8-bit activations are used only where the CPU has VNNI")
+
+    torch.manual_seed(0)
+    dense = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    x = torch.randn(16, 64)
+    exact = dense(x)
+    seven_bit = quantize_dynamic(dense, {torch.nn.Linear}, dtype=torch.qint8)
+    err7 = (seven_bit(x) - exact).abs().mean()
+    _, full_range = _full_range_linear()
+    seven_bit[0].__class__ = full_range
+    err8 = (seven_bit(x) - exact).abs().mean()
+    assert err8 < err7
+
+
 def test_loads_with_network_blocked(tmp_path, monkeypatch):
     import pytest_socket
 
