@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 from typing import Any
@@ -116,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
     from clef_agents.server.app import create_app
 
     app = create_app(engine, cfg)
+    # The model and libraries are long-lived: move them out of the collector's view, so that
+    # full collections under load walk only request garbage, not a million module objects.
+    gc.collect()
+    gc.freeze()
     serve_app(app, args.host, args.port, cfg.drain_timeout_s, args.log_level)
     return 0
 

@@ -75,6 +75,8 @@ class ServerState:
         )
         self.draining = False
         self.inflight = 0
+        self.admit_limit = config.max_queue + config.max_batch
+        """Requests in flight on ``/v1/systemone*`` past which new ones get 503 at once."""
         self._idle = asyncio.Event()
         self._idle.set()
         self._start_lock: asyncio.Lock | None = None
@@ -191,6 +193,17 @@ class _Frame:
             response = _error_response(
                 _overloaded(1.0, "the server is shutting down; retry on another replica")
             )
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send_with_id)
+        elif route.startswith("/v1/systemone") and state.inflight >= state.admit_limit:
+            # Shed before reading the body: under overload the event loop must not spend
+            # itself on requests that would only wait for the full queue to refuse them.
+            state.metrics.shed.labels(reason="inflight").inc()
+            retry = state.batcher.retry_after_s() if hasattr(state.batcher, "retry_after_s") else 1
+            response = _error_response(
+                _overloaded(retry, f"the server is overloaded ({state.inflight} requests in flight)")
+            )
+            # The body stays unread, so the connection cannot carry another request.
             response.headers["Connection"] = "close"
             await response(scope, receive, send_with_id)
         else:

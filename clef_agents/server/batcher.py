@@ -24,6 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+FILL_CAP_S = 0.1
+FILL_CAP_WAITS = 10
+"""A filling batch waits through gaps of up to ``max_wait_ms`` between arrivals, but never
+longer in all than ``max(FILL_CAP_S, FILL_CAP_WAITS * max_wait)`` after it opened."""
+
 RunBatch = Callable[[list[Any]], Sequence[Any]]
 """Answers a list of requests in order, each slot a result or an exception."""
 
@@ -92,6 +97,7 @@ class MicroBatcher:
         self._executor: ThreadPoolExecutor | None = None
         self._closing = False
         self._busy = False
+        self._free_since = 0.0
         self._item_seconds = 0.01  # running estimate of model time per item, for Retry-After
 
     # -- lifecycle --------------------------------------------------------------------
@@ -174,9 +180,12 @@ class MicroBatcher:
                 continue
             first_job, _ = self._pending[0]
             if self.max_batch > 1 and not self._closing:
-                deadline = first_job.arrived + self.max_wait_s
+                # Wait while requests keep arriving (a gap of max_wait ends it), up to a cap.
+                opened = max(first_job.arrived, self._free_since)
+                cap = opened + max(FILL_CAP_S, FILL_CAP_WAITS * self.max_wait_s)
                 while len(self._pending) < self.max_batch:
-                    remaining = deadline - time.monotonic()
+                    last = self._pending[-1][0].arrived
+                    remaining = min(max(last, opened) + self.max_wait_s, cap) - time.monotonic()
                     if remaining <= 0:
                         break
                     self._wake.clear()
@@ -204,6 +213,7 @@ class MicroBatcher:
             finally:
                 self._busy = False
             seconds = time.perf_counter() - started
+            self._free_since = time.monotonic()
             self._item_seconds = 0.8 * self._item_seconds + 0.2 * (seconds / len(batch))
             if self._observer is not None:
                 self._observer.batch_done(len(batch), seconds)

@@ -23,7 +23,9 @@ class ServerConfig:
     max_wait_ms: float = 2.0
     """How long an idle worker waits for more requests before running a batch."""
     max_queue: int = 256
-    """Requests waiting for the model before new ones are shed with 503 + ``Retry-After``."""
+    """Requests waiting for the model before new ones are shed with 503 + ``Retry-After``.
+    At most ``max_queue + max_batch`` requests are in flight on ``/v1/systemone*``; past
+    that a request gets its 503 before its body is read, so overload costs little."""
     max_body_bytes: int = 8 * 1024 * 1024
     """Cap on a request body, compressed and decompressed (413 above it)."""
     body_timeout_s: float = 10.0

@@ -371,6 +371,27 @@ async def test_full_queue_sheds_with_503_and_retry_after(
     assert after.status_code == 200, "the server recovers once the load drops"
 
 
+async def test_requests_past_the_inflight_limit_are_shed_before_their_body(
+    make_app: Any, h: Any, tiny_engine: Any
+) -> None:
+    # max_queue 1 + max_batch 1: a third concurrent request is refused at the door.
+    app = make_app(h.SlowEngine(tiny_engine, 0.3), max_batch=1, max_wait_ms=0, max_queue=1)
+    async with h.client(app) as c:
+        responses = await asyncio.gather(
+            *(c.post("/v1/systemone", json=h.valid_request(f"state {i}")) for i in range(6))
+        )
+        metrics = (await c.get("/metrics")).text
+    shed = [r for r in responses if r.status_code == 503]
+    assert len([r for r in responses if r.status_code == 200]) >= 1
+    assert shed, "six concurrent requests against a limit of two must shed some"
+    for r in shed:
+        assert r.json()["detail"]["error_type"] == "overloaded_error"
+        assert int(r.headers["Retry-After"]) >= 1
+    # The early refusals leave the body unread, so they close the connection.
+    assert any(r.headers.get("connection") == "close" for r in shed)
+    assert 'clef_shed_total{reason="inflight"}' in metrics
+
+
 async def test_draining_refuses_new_requests_finishes_inflight(
     make_app: Any, h: Any, tiny_engine: Any
 ) -> None:
