@@ -1,12 +1,21 @@
-"""Custom callback events, dispatched only when some handler listens (they cost ~50 us)."""
+"""Callback plumbing: custom events, and runs, only when some handler listens.
+
+A run costs LangChain about 120 us per call even when nobody listens (run ids, a child
+callback manager, two signature inspections of the wrapped function); a custom event
+about 50 us. On the embedded model a decision takes ~11 ms, so that was 1 % of the
+5 % overhead budget for ``ClefRouter.invoke`` spent on bookkeeping no one reads.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from langchain_core.callbacks import adispatch_custom_event, dispatch_custom_event
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import ensure_config, get_callback_manager_for_config
+
+T = TypeVar("T")
 
 
 def listening(config: RunnableConfig) -> bool:
@@ -26,3 +35,35 @@ def emit(name: str, data: Callable[[], Any], config: RunnableConfig) -> None:
 async def aemit(name: str, data: Callable[[], Any], config: RunnableConfig) -> None:
     if listening(config):
         await adispatch_custom_event(name, data(), config=config)
+
+
+def _silent(config: RunnableConfig) -> bool:
+    """No handler would see a run: none passed in, none from tracing or configure hooks."""
+    manager = get_callback_manager_for_config(config)
+    return not manager.handlers and not manager.inheritable_handlers
+
+
+def call_as_run(
+    runnable: Runnable[Any, Any],
+    func: Callable[[Any, RunnableConfig], T],
+    value: Any,
+    config: RunnableConfig | None,
+) -> T:
+    """``runnable._call_with_config(func, ...)``, or ``func`` directly when nobody listens."""
+    config = ensure_config(config)
+    if _silent(config):
+        return func(value, config)
+    return runnable._call_with_config(func, value, config, run_type="chain")  # type: ignore[arg-type]
+
+
+async def acall_as_run(
+    runnable: Runnable[Any, Any],
+    func: Callable[[Any, RunnableConfig], Awaitable[T]],
+    value: Any,
+    config: RunnableConfig | None,
+) -> T:
+    """The async form of :func:`call_as_run`."""
+    config = ensure_config(config)
+    if _silent(config):
+        return await func(value, config)
+    return await runnable._acall_with_config(func, value, config, run_type="chain")  # type: ignore[arg-type,no-any-return]

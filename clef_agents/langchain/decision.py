@@ -11,7 +11,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import ConfigDict, Field
 
 from clef_agents._shared import StateFrom, decision_record, default_engine, extract_state
-from clef_agents.langchain._events import aemit, emit
+from clef_agents.langchain._events import acall_as_run, aemit, call_as_run, emit
 from engine.schema.answers import DecisionResult
 from engine.schema.questions import readable
 from engine.schema.render import render_value
@@ -98,12 +98,12 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> DecisionResult:
-        return self._call_with_config(self._decide, input, config, run_type="chain")  # type: ignore[arg-type]
+        return call_as_run(self, self._decide, input, config)
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> DecisionResult:
-        return await self._acall_with_config(self._adecide, input, config, run_type="chain")  # type: ignore[arg-type]
+        return await acall_as_run(self, self._adecide, input, config)
 
     def _decide_batch(self, inputs: list[Any], config: list[RunnableConfig]) -> list[Any]:
         items, good, slots = self._items(inputs)

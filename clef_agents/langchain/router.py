@@ -18,7 +18,7 @@ from clef_agents._shared import (
     default_engine,
     extract_state,
 )
-from clef_agents.langchain._events import aemit, emit
+from clef_agents.langchain._events import acall_as_run, aemit, call_as_run, emit
 from engine.errors import InvalidRequestError
 from engine.schema.answers import ChoiceAnswer, DecisionResult
 from engine.schema.questions import Choice
@@ -180,10 +180,10 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         return self._wrap(name, output, decision)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return self._call_with_config(self._invoke, input, config, run_type="chain")  # type: ignore[arg-type]
+        return call_as_run(self, self._invoke, input, config)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return await self._acall_with_config(self._ainvoke, input, config, run_type="chain")  # type: ignore[arg-type]
+        return await acall_as_run(self, self._ainvoke, input, config)
 
     # -- batch -------------------------------------------------------------------------
 

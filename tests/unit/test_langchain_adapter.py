@@ -17,7 +17,7 @@ pytest.importorskip("langgraph")
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langgraph.graph import END, START, StateGraph
 
 from clef_agents.fake import FakeEngine
@@ -209,6 +209,32 @@ def test_router_exposes_its_decision() -> None:
     route_runs = [m for m in recorder.metadata if "clef_route" in m]
     assert route_runs and route_runs[0]["clef_probability"] == data["probability"]
     assert route_runs[0]["clef_source"] == "model"
+
+
+def test_router_without_listeners_still_passes_metadata_and_traces_when_asked() -> None:
+    from langchain_core.tracers.context import collect_runs
+
+    seen: list[dict[str, Any]] = []
+
+    def route(x: str, config: RunnableConfig) -> str:
+        seen.append(dict(config.get("metadata") or {}))
+        return f"billing:{x}"
+
+    router = ClefRouter(
+        ROUTES, routes={"billing": route}, default=tag("human"), engine=FakeEngine()
+    )
+    # No callbacks: the router skips its own run, yet the route sees the decision.
+    assert router.invoke("refund invoice", config={"metadata": {"user": "u1"}}) == (
+        "billing:refund invoice"
+    )
+    assert seen[-1]["clef_route"] == "billing" and seen[-1]["user"] == "u1"
+    # A handler from a configure hook (tracing, collect_runs) gets the full run tree.
+    with collect_runs() as runs:
+        router.invoke("refund invoice")
+    [root] = runs.traced_runs
+    assert root.name == "ClefRouter"
+    assert [child.name for child in root.child_runs] == ["route"]
+    assert root.child_runs[0].extra["metadata"]["clef_route"] == "billing"
 
 
 def test_router_batch_groups_by_route_in_order() -> None:
