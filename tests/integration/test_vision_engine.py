@@ -230,3 +230,17 @@ def test_llama_index_query_bundle_with_image_path(engine, login_png, tmp_path: P
     with_text = query_state(QueryBundle(query_str="what page is this?", image_path=str(path)))
     result = engine.decide(with_text, {"page": PAGE})
     assert result.answers["page"].choice == "login"
+
+
+def test_ocr_recogniser_settings_reach_rapidocr_and_read_the_page() -> None:
+    from engine.backbones.vision.ocr import RapidOcr
+
+    ocr = RapidOcr(rec_batch=2, rec_min_width=96)
+    texts = [line.text for line in ocr.read(draw_login())]
+    rec = ocr._load().text_rec
+    assert rec.rec_batch_num == 2 and rec.rec_image_shape == [3, 48, 96]
+    assert "Sign in to Acme" in texts and "Forgot password?" in texts
+    assert ocr.config()["rec_min_width"] == 96
+    for bad in ({"rec_batch": 0}, {"rec_min_width": 8}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            RapidOcr(**bad)  # type: ignore[arg-type]

@@ -119,8 +119,17 @@ def _fill_colour(array: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarra
             array[top:bottom, right - 1],
         ]
     )
-    colours, counts = np.unique(ring.reshape(-1, 3), axis=0, return_counts=True)
-    return colours[int(np.argmax(counts))].astype(np.int32)
+    # One int per colour: a 1-D unique is ~10x faster than np.unique(..., axis=0).
+    rgb = ring.reshape(-1, 3).astype(np.int32)
+    colours, counts = np.unique((rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2], return_counts=True)
+    top_colour = int(colours[int(np.argmax(counts))])
+    return np.array([top_colour >> 16, (top_colour >> 8) & 255, top_colour & 255], dtype=np.int32)
+
+
+def _close(pixels: np.ndarray, colour: np.ndarray) -> np.ndarray:
+    """Mask of ``pixels`` (uint8 RGB) within the colour tolerance of ``colour``."""
+    diff = np.abs(pixels.astype(np.int16) - colour.astype(np.int16))
+    return diff.sum(axis=-1, dtype=np.int16) <= _TOLERANCE
 
 
 def _first_edge(fractions: np.ndarray) -> int | None:
@@ -138,19 +147,19 @@ def _enclosing_rect(
     fill = _fill_colour(array, box)
     y0, y1 = max(0, top - vcap), min(height, bottom + vcap)
     x0, x1 = max(0, left - hcap), min(width, right + hcap)
-    window = array[y0:y1, x0:x1].astype(np.int32)
-    close = np.abs(window - fill).sum(axis=2) <= _TOLERANCE
+    window = array[y0:y1, x0:x1]
     lt, tp, rt, bt = left - x0, top - y0, right - x0, bottom - y0
     # Up and down, over the text's columns.
-    rows = close[:, lt:rt].mean(axis=1)
+    rows = _close(window[:, lt:rt], fill).mean(axis=1)
     up = _first_edge(rows[:tp][::-1])
     down = _first_edge(rows[bt:])
     if up is None or down is None:
         return None
     r_top, r_bottom = tp - up, bt + down
-    # Left and right, over the rectangle's inner rows.
-    inner = close[r_top + 1 : r_bottom - 1] if r_bottom - r_top > 3 else close[r_top:r_bottom]
-    cols = inner.mean(axis=0)
+    # Left and right, over the rectangle's inner rows (only these rows are compared: the
+    # window spans most of the page width, and comparing all of it cost 34 ms a page).
+    band = window[r_top + 1 : r_bottom - 1] if r_bottom - r_top > 3 else window[r_top:r_bottom]
+    cols = _close(band, fill).mean(axis=0)
     leftward = _first_edge(cols[:lt][::-1])
     rightward = _first_edge(cols[rt:])
     if leftward is None or rightward is None:
@@ -216,11 +225,13 @@ def _empty_box_below(
     x0 = max(0, left - 2)
     x1 = min(width, x0 + max(3 * (right - left), 160))
     fill = _fill_colour(array, box)
-    seg = array[:, x0:x1].astype(np.int32)
-    differs = (np.abs(seg - fill).sum(axis=2) > _TOLERANCE).mean(axis=1)
+    # Only rows from the label's bottom to the deepest row a box may reach are looked at.
+    y_stop = min(height, bottom + int(1.5 * text_h) + 4 + 5 * text_h)
+    seg = array[bottom:y_stop, x0:x1]
+    differs = 1.0 - _close(seg, fill).mean(axis=1)
     start = None
     for y in range(bottom, min(height, bottom + int(1.5 * text_h) + 4)):
-        if differs[y] > 0.85:
+        if differs[y - bottom] > 0.85:
             start = y
             break
     if start is None:
@@ -228,10 +239,10 @@ def _empty_box_below(
     # Inside the box: the colour a few pixels below its top edge, away from the corner.
     probe_y = min(height - 1, start + 3)
     inner = array[probe_y, min(width - 1, x0 + 8)].astype(np.int32)
-    inside = (np.abs(seg - inner).sum(axis=2) <= _TOLERANCE).mean(axis=1)
+    inside = _close(seg, inner).mean(axis=1)
     end = None
     for y in range(probe_y, min(height, start + 5 * text_h)):
-        if inside[y] < _EDGE:
+        if inside[y - bottom] < _EDGE:
             end = y
             break
     if end is None or end - start < 0.8 * text_h:
