@@ -200,7 +200,9 @@ def main() -> None:
     if args.only:
         previous = json.loads((RESULTS / "banking77_engine.json").read_text())
         results = {k: v for k, v in previous.items() if k not in ("benchmark", "machine")}
-        results["fp32_from_commit"] = previous.get("fp32_from_commit", previous["machine"]["commit"])
+        results["fp32_from_commit"] = previous.get(
+            "fp32_from_commit", previous["machine"]["commit"]
+        )
     else:
         fp32 = DecisionEngine()
         results["fp32"] = {
@@ -213,9 +215,7 @@ def main() -> None:
     for mode in [args.only] if args.only else list(MODES):
         engine = DecisionEngine(**MODES[mode])
         t0 = time.perf_counter()
-        section = mode_section(
-            engine, train, test, intents, results["fp32"], n_latency, n_batches
-        )
+        section = mode_section(engine, train, test, intents, results["fp32"], n_latency, n_batches)
         section["wall_s"] = round(time.perf_counter() - t0, 1)
         results[mode] = section
         print(mode, section, flush=True)

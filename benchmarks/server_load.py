@@ -3,8 +3,9 @@ then a 2x overload phase and recovery.
 
 The server runs as its own process on loopback with the int8 engine (``--precision``; a
 batched fp32 phase is measured for reference); the load generator runs in another process
-(asyncio with a minimal keep-alive HTTP/1.1 client, see ``_Conn``). Closed loop: 64 concurrent clients, each sending the next request when its
-answer arrives, short text states (BANKING77 test set when present) and one 10-option choice.
+(asyncio with a minimal keep-alive HTTP/1.1 client, see ``_Conn``). Closed loop: 64
+concurrent clients, each sending the next request when its answer arrives, short text
+states (BANKING77 test set when present) and one 10-option choice.
 Overload: open-loop arrivals at 2x the measured batched throughput; the server should shed
 with 503 + Retry-After, keep /healthz responsive, and answer normally once the load drops.
 

@@ -44,7 +44,11 @@ def register(sub: Any) -> None:
         "--max-batch", type=int, default=64, metavar="N", help="requests per forward (1: off)"
     )
     p.add_argument(
-        "--max-wait-ms", type=float, default=2.0, metavar="W", help="wait to fill a batch (ms)"
+        "--max-wait-ms",
+        type=float,
+        default=2.0,
+        metavar="W",
+        help="gap between arrivals that closes a filling batch (ms)",
     )
     p.add_argument(
         "--max-queue", type=int, default=256, metavar="Q", help="queued requests before 503"

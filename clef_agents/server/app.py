@@ -201,7 +201,9 @@ class _Frame:
             state.metrics.shed.labels(reason="inflight").inc()
             retry = state.batcher.retry_after_s() if hasattr(state.batcher, "retry_after_s") else 1
             response = _error_response(
-                _overloaded(retry, f"the server is overloaded ({state.inflight} requests in flight)")
+                _overloaded(
+                    retry, f"the server is overloaded ({state.inflight} requests in flight)"
+                )
             )
             # The body stays unread, so the connection cannot carry another request.
             response.headers["Connection"] = "close"

@@ -1,10 +1,12 @@
 """Micro-batching across concurrent requests on one model worker.
 
 Requests queue up while the model is busy; when it is free, the worker takes up to
-``max_batch`` of them (waiting at most ``max_wait_ms`` for more when fewer are waiting)
-and answers them with one ``engine.decide_batch(..., return_exceptions=True)``: one padded
-forward, each item its own answer or its own error, in order. The forward runs in a
-dedicated thread, never on the event loop. The queue is bounded: past ``max_queue``
+``max_batch`` of them. With fewer waiting it keeps filling while requests keep arriving:
+a gap of ``max_wait_ms`` between arrivals closes the batch, and so does the fill cap
+(:data:`FILL_CAP_S`). It answers them with one
+``engine.decide_batch(..., return_exceptions=True)``: one padded forward, each item its
+own answer or its own error, in order. The forward runs in a dedicated thread, never on
+the event loop. The queue is bounded: past ``max_queue``
 waiting items, :meth:`MicroBatcher.submit` raises :class:`Overloaded` at once (503).
 
 Example:
@@ -27,7 +29,10 @@ from typing import Any, Protocol
 FILL_CAP_S = 0.1
 FILL_CAP_WAITS = 10
 """A filling batch waits through gaps of up to ``max_wait_ms`` between arrivals, but never
-longer in all than ``max(FILL_CAP_S, FILL_CAP_WAITS * max_wait)`` after it opened."""
+longer in all than ``max(FILL_CAP_S, FILL_CAP_WAITS * max_wait)`` after it opened. Under
+64 closed-loop clients the replies come back over tens of milliseconds (the event loop
+writes and parses them one by one); a fixed 2 ms window from the first arrival split them
+into batches of ~60 and ~4, each costing a full forward."""
 
 RunBatch = Callable[[list[Any]], Sequence[Any]]
 """Answers a list of requests in order, each slot a result or an exception."""
@@ -72,7 +77,7 @@ class MicroBatcher:
         run_batch: ``engine.decide_batch``-like callable, run in a worker thread;
             called as ``run_batch(items)`` and must return one slot per item.
         max_batch: Most items per forward; 1 disables batching.
-        max_wait_ms: How long an idle worker waits to fill a batch.
+        max_wait_ms: The gap between arrivals that closes a filling batch.
         max_queue: Most items waiting before :meth:`submit` sheds load.
         observer: Receives batch sizes, durations and the queue depth (metrics).
     """

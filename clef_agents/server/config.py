@@ -21,7 +21,7 @@ class ServerConfig:
     max_batch: int = 64
     """Most requests in one padded forward; ``1`` turns micro-batching off."""
     max_wait_ms: float = 2.0
-    """How long an idle worker waits for more requests before running a batch."""
+    """A gap this long between arrivals closes a filling batch (see ``batcher.FILL_CAP_S``)."""
     max_queue: int = 256
     """Requests waiting for the model before new ones are shed with 503 + ``Retry-After``.
     At most ``max_queue + max_batch`` requests are in flight on ``/v1/systemone*``; past
