@@ -159,7 +159,9 @@ def save(section: str, payload: Any) -> None:
         "torch": torch.__version__,
         "cpu_threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
-        "note": "2 CPU cores shared with other jobs while measured; wall times are pessimistic",
+        "note": "sections were measured at different times; docs/finetune.md says how "
+        "loaded the 2 cores were for each (the few-shot and ablation runs shared them with "
+        "other jobs, so their wall times are pessimistic)",
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(current, indent=2) + "\n")
