@@ -254,7 +254,8 @@ async def _closed_loop(
 async def _open_loop(url: str, rate: float, duration: float, states: list[str]) -> dict[str, Any]:
     """Arrivals at ``rate``/s regardless of answers; /healthz probed every 100 ms.
 
-    Each arrival takes an idle keep-alive connection or opens one (up to 1,024 open).
+    Each arrival takes an idle keep-alive connection or opens a new one; the most open at
+    once is reported as ``open_connections_peak``.
     """
     host, port = _host_port(url)
     bodies = [_raw_post(host, port, "/v1/systemone", request_body(s)) for s in states]
@@ -273,8 +274,7 @@ async def _open_loop(url: str, rate: float, duration: float, states: list[str]) 
     tasks: list[asyncio.Task[None]] = []
 
     async def one(raw: bytes) -> None:
-        nonlocal lost, retry_after
-        nonlocal busy, peak
+        nonlocal lost, retry_after, busy, peak
         conn = idle.pop() if idle else _Conn(host, port)
         busy += 1
         peak = max(peak, busy)
