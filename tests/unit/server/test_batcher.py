@@ -34,12 +34,12 @@ async def _trickle(batcher: MicroBatcher, n: int, gap_s: float) -> list[Any]:
 
 
 async def test_a_batch_keeps_filling_while_requests_keep_arriving() -> None:
-    # 12 arrivals 5 ms apart take 55 ms, far past one 20 ms wait; every gap is shorter
-    # than the wait, so they form a single batch.
+    # 12 arrivals 10 ms apart take 110 ms, twice one 50 ms wait (a window counted from the
+    # first arrival would split them); every gap is shorter than the wait: one batch.
     run = Recorder()
-    batcher = MicroBatcher(run, max_batch=64, max_wait_ms=20)
+    batcher = MicroBatcher(run, max_batch=64, max_wait_ms=50)
     await batcher.start()
-    answers = await _trickle(batcher, 12, 0.005)
+    answers = await _trickle(batcher, 12, 0.01)
     await batcher.stop()
     assert answers == [f"answer {i}" for i in range(12)]
     assert [len(b) for b in run.batches] == [12]
