@@ -52,6 +52,7 @@ def call_as_run(
     """``runnable._call_with_config(func, ...)``, or ``func`` directly when nobody listens."""
     config = ensure_config(config)
     if _silent(config):
+        config.pop("run_id", None)  # names this run only; nested runs must not reuse it
         return func(value, config)
     return runnable._call_with_config(func, value, config, run_type="chain")  # type: ignore[arg-type]
 
@@ -65,5 +66,6 @@ async def acall_as_run(
     """The async form of :func:`call_as_run`."""
     config = ensure_config(config)
     if _silent(config):
+        config.pop("run_id", None)
         return await func(value, config)
     return await runnable._acall_with_config(func, value, config, run_type="chain")  # type: ignore[arg-type,no-any-return]
