@@ -75,8 +75,6 @@ class ServerState:
         )
         self.draining = False
         self.inflight = 0
-        self.admit_limit = config.max_queue + config.max_batch
-        """Requests in flight on ``/v1/systemone*`` past which new ones get 503 at once."""
         self._idle = asyncio.Event()
         self._idle.set()
         self._start_lock: asyncio.Lock | None = None
@@ -88,6 +86,11 @@ class ServerState:
             return str(self.engine.model_version)
         except Exception:  # a stub engine without a version
             return None
+
+    @property
+    def admit_limit(self) -> int:
+        """Requests in flight on ``/v1/systemone*`` past which new ones get 503 at once."""
+        return self.config.max_queue + self.config.max_batch
 
     def accepts(self, model: str) -> bool:
         return self.config.any_model or model == self.model_name or model in self.config.aliases

@@ -351,22 +351,33 @@ async def test_answers_do_not_depend_on_batching_order_or_ids(
         assert _answers_close(a.json()["answers"], renamed)
 
 
+async def _burst(client: Any, h: Any, n: int) -> list[Any]:
+    """``n`` concurrent valid requests; their responses in order."""
+    return list(
+        await asyncio.gather(
+            *(client.post("/v1/systemone", json=h.valid_request(f"state {i}")) for i in range(n))
+        )
+    )
+
+
+def _assert_overloaded(response: Any) -> None:
+    assert response.status_code == 503
+    assert int(response.headers["Retry-After"]) >= 1
+    assert response.json()["detail"]["error_type"] == "overloaded_error"
+
+
 async def test_full_queue_sheds_with_503_and_retry_after(
     make_app: Any, h: Any, tiny_engine: Any
 ) -> None:
     app = make_app(h.SlowEngine(tiny_engine, 0.3), max_batch=2, max_wait_ms=0, max_queue=2)
     async with h.client(app) as c:
-        responses = await asyncio.gather(
-            *(c.post("/v1/systemone", json=h.valid_request(f"state {i}")) for i in range(10))
-        )
+        responses = await _burst(c, h, 10)
         health = await c.get("/healthz")
         after = await c.post("/v1/systemone", json=h.valid_request())
-    codes = [r.status_code for r in responses]
-    assert set(codes) == {200, 503}
+    assert {r.status_code for r in responses} == {200, 503}
     for r in responses:
         if r.status_code == 503:
-            assert int(r.headers["Retry-After"]) >= 1
-            assert r.json()["detail"]["error_type"] == "overloaded_error"
+            _assert_overloaded(r)
     assert health.status_code == 200
     assert after.status_code == 200, "the server recovers once the load drops"
 
@@ -377,16 +388,13 @@ async def test_requests_past_the_inflight_limit_are_shed_before_their_body(
     # max_queue 1 + max_batch 1: a third concurrent request is refused at the door.
     app = make_app(h.SlowEngine(tiny_engine, 0.3), max_batch=1, max_wait_ms=0, max_queue=1)
     async with h.client(app) as c:
-        responses = await asyncio.gather(
-            *(c.post("/v1/systemone", json=h.valid_request(f"state {i}")) for i in range(6))
-        )
+        responses = await _burst(c, h, 6)
         metrics = (await c.get("/metrics")).text
     shed = [r for r in responses if r.status_code == 503]
-    assert len([r for r in responses if r.status_code == 200]) >= 1
+    assert any(r.status_code == 200 for r in responses)
     assert shed, "six concurrent requests against a limit of two must shed some"
     for r in shed:
-        assert r.json()["detail"]["error_type"] == "overloaded_error"
-        assert int(r.headers["Retry-After"]) >= 1
+        _assert_overloaded(r)
     # The early refusals leave the body unread, so they close the connection.
     assert any(r.headers.get("connection") == "close" for r in shed)
     assert 'clef_shed_total{reason="inflight"}' in metrics
