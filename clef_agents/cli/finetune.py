@@ -62,6 +62,17 @@ def register(sub: Any) -> None:
     p.add_argument("--brier-weight", type=float, default=None)
     p.add_argument("--ordinal-weight", type=float, default=None)
     p.add_argument("--no-head", action="store_true", help="cosine scoring only (ablation)")
+    p.add_argument(
+        "--bank-init",
+        choices=["text", "examples"],
+        default=None,
+        help="start option vectors from the option text (default) or from its states' mean",
+    )
+    p.add_argument(
+        "--no-group-by-length",
+        action="store_true",
+        help="random batches instead of batches of similar length (slower: more padding)",
+    )
     p.add_argument("--val-fraction", type=float, default=None)
     p.add_argument("--patience", type=int, default=None)
     p.add_argument("--rl-epochs", type=int, default=None, help="RL stage epochs (default 0)")
@@ -95,6 +106,7 @@ _FIELDS = {
     "patience": "patience",
     "rl_epochs": "rl_epochs",
     "rl_kl": "rl_kl",
+    "bank_init": "bank_init",
     "seed": "seed",
     "device": "device",
 }
@@ -127,7 +139,12 @@ def run(args: argparse.Namespace) -> int:
         kwargs["target_modules"] = [t.strip() for t in args.target_modules.split(",") if t.strip()]
     if args.similarity:
         kwargs["similarity"] = load_structured(args.similarity)
-    kwargs.update(evidence=not args.no_head, histogram=args.histogram, progress=not args.quiet)
+    kwargs.update(
+        evidence=not args.no_head,
+        histogram=args.histogram,
+        progress=not args.quiet,
+        group_by_length=not args.no_group_by_length,
+    )
     try:
         config = TrainConfig(**kwargs)
         config.check()

@@ -94,10 +94,19 @@ class TrainConfig:
     evidence: bool = True
     """``False``: cosine + learned scale only (the "no head" ablation)."""
     option_bank: bool = True
+    bank_init: str = "text"
+    """Start of each trained option's bank vector: ``"text"``, the embedding of the option's
+    text (an untrained head is the zero-shot scorer); ``"examples"``, the normalised mean
+    of that embedding and the base backbone's embeddings of the option's training states
+    (an untrained head is a nearest-centroid classifier). ``choice`` and ``noul`` only."""
     val_fraction: float = 0.1
     patience: int = 2
     max_length: int | None = 128
     """Tokens per training text (longer states are truncated while training)."""
+    group_by_length: bool = True
+    """Batch states of similar token length together (shuffled in windows of 50 batches,
+    batch order shuffled), so little compute goes to padding; on BANKING77 the padded tokens
+    per state drop from 47 to 17."""
     rl_epochs: int = 0
     rl_lr: float = 2e-4
     rl_kl: float = 0.5
@@ -118,6 +127,8 @@ class TrainConfig:
             raise ValueError(f"batch_size must be at least 1; got {self.batch_size}")
         if not 0 <= self.lora_rank <= MAX_RANK:
             raise ValueError(f"lora_rank must be in 0..{MAX_RANK}; got {self.lora_rank}")
+        if self.bank_init not in ("text", "examples"):
+            raise ValueError(f"bank_init must be 'text' or 'examples'; got {self.bank_init!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
         if self.brier_weight < 0 or self.ordinal_weight < 0:
@@ -170,8 +181,12 @@ class Trainer:
 
     # -- model ---------------------------------------------------------------------------
 
-    def build(self, data: TrainingSet) -> None:
-        """Load the backbone, register the questions in the head, attach LoRA."""
+    def build(self, data: TrainingSet, train: TrainingSet | None = None) -> None:
+        """Load the backbone, register the questions in the head, attach LoRA.
+
+        ``train`` (default ``data``) are the states whose embeddings start the option bank
+        when ``bank_init="examples"``; the trainer passes its split without validation.
+        """
         cfg = self.config
         torch.manual_seed(cfg.seed)
         if isinstance(self._backbone_arg, EncoderBackbone):
@@ -196,6 +211,8 @@ class Trainer:
         for qid, question in data.questions.items():
             names = data.names(qid)
             vectors = self.backbone.encode(option_texts(question)).pooled.float().cpu()
+            if cfg.bank_init == "examples" and str(question.type) != "score":  # type: ignore[attr-defined]
+                vectors = self._centroids(train or data, qid, vectors)
             self.fps[qid] = self.head.add_question(str(question.type), names, vectors)  # type: ignore[attr-defined]
         self.head.to(self.device)
         if cfg.lora_rank > 0:
@@ -214,6 +231,19 @@ class Trainer:
                 p.requires_grad_(False)
         self.model.to(self.device)
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _centroids(self, data: TrainingSet, qid: str, vectors: torch.Tensor) -> torch.Tensor:
+        """Per option: normalised mean of its text embedding and its states' embeddings."""
+        rows = [(ex.state, ex.labels[qid]) for ex in data.examples if qid in ex.labels]
+        sums = vectors.clone()
+        counts = torch.ones(len(vectors), 1)
+        for start in range(0, len(rows), 256):
+            chunk = rows[start : start + 256]
+            pooled = self.backbone.encode([s for s, _ in chunk]).pooled.float().cpu()
+            labels = torch.tensor([y for _, y in chunk])
+            sums.index_add_(0, labels, pooled)
+            counts.index_add_(0, labels, torch.ones(len(chunk), 1))
+        return torch.nn.functional.normalize(sums / counts, dim=-1)
 
     def _trainable(self) -> dict[str, torch.nn.Parameter]:
         out = {f"head.{n}": p for n, p in self.head.named_parameters() if p.requires_grad}
@@ -287,6 +317,14 @@ class Trainer:
 
     # -- loop ----------------------------------------------------------------------------
 
+    def _lengths(self, data: TrainingSet) -> list[int]:
+        """Token count of each state, as :meth:`_forward` truncates it."""
+        limit = min(self.config.max_length or self.backbone.max_length, self.backbone.max_length)
+        enc = self.backbone.tokenizer(
+            [ex.state for ex in data.examples], truncation=True, max_length=limit
+        )
+        return [len(ids) for ids in enc["input_ids"]]
+
     def fit(self, data: TrainingSet, out: str | Path, *, resume: bool = False) -> TrainResult:
         """Train on ``data`` and write a model dir to ``out``."""
         started = time.perf_counter()
@@ -296,7 +334,7 @@ class Trainer:
         if len(data) == 0:
             raise TrainingDataError("no training examples", field="data")
         train, val = split(data, cfg.val_fraction, seed=cfg.seed)
-        self.build(data)
+        self.build(data, train)
         params = self._trainable()
         groups = [
             {"params": [p for n, p in params.items() if n.startswith("head.")], "lr": cfg.head_lr},
@@ -324,24 +362,23 @@ class Trainer:
         bad_epochs = sum(1 for h in history if h["epoch"] > best["epoch"])
         from tqdm.auto import tqdm
 
+        lengths = self._lengths(train) if cfg.group_by_length else None
         for epoch in range(start_epoch, cfg.epochs):
             if bad_epochs >= cfg.patience and val.examples:
                 break
             rng = random.Random(cfg.seed * 1000 + epoch)
-            order = list(range(len(train)))
-            rng.shuffle(order)
+            batches = _batches(len(train), cfg.batch_size, rng, lengths)
             torch.manual_seed(cfg.seed * 1000 + epoch)
             self.model.train(cfg.lora_rank > 0)  # a frozen backbone stays deterministic
             self.head.train()
             running = 0.0
             bar = tqdm(
-                range(0, len(order), cfg.batch_size),
+                batches,
                 desc=f"epoch {epoch + 1}/{cfg.epochs}",
                 disable=not cfg.progress,
                 leave=False,
             )
-            for n, start in enumerate(bar, start=1):
-                batch = order[start : start + cfg.batch_size]
+            for n, batch in enumerate(bar, start=1):
                 tokens, mask, pooled = self.features([train.examples[i].state for i in batch])
                 loss = torch.zeros((), device=self.device)
                 for qid, logits, target in self._question_logits(
@@ -636,6 +673,34 @@ class Trainer:
         }
         (out / "training.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         assert (out / HEAD_FILE).is_file()
+
+
+GROUP_WINDOW = 50
+"""Batches per window inside which ``group_by_length`` sorts states by length."""
+
+
+def _batches(
+    n: int, batch_size: int, rng: random.Random, lengths: list[int] | None = None
+) -> list[list[int]]:
+    """One epoch's batches of indices into ``range(n)``: every index exactly once.
+
+    Without ``lengths``, a plain shuffle cut into batches. With them, the shuffled order is
+    cut into windows of ``GROUP_WINDOW`` batches, each window is sorted by length and cut
+    into batches, and the batch order is shuffled (the ``group_by_length`` of HF's Trainer),
+    so a batch pads to a length close to that of its states while every epoch still sees
+    the states in a new random grouping.
+    """
+    order = list(range(n))
+    rng.shuffle(order)
+    if lengths is None:
+        return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    window = batch_size * GROUP_WINDOW
+    batches: list[list[int]] = []
+    for start in range(0, n, window):
+        chunk = sorted(order[start : start + window], key=lambda i: -lengths[i])
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
 
 
 def _ece_after(

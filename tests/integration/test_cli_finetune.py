@@ -59,6 +59,9 @@ def test_finetune_then_calibrate_then_load(tiny_dir, tmp_path, capsys) -> None:
             "6",
             "--examples-per-label",
             "5",
+            "--bank-init",
+            "examples",
+            "--no-group-by-length",
             "--quiet",
             "--device",
             "cpu",
@@ -69,6 +72,8 @@ def test_finetune_then_calibrate_then_load(tiny_dir, tmp_path, capsys) -> None:
     assert summary["states"] == 15 and summary["best_epoch"] >= 1
     config = json.loads((out / "config.json").read_text())
     assert config["head"]["questions"]
+    trained_with = json.loads((out / "training.json").read_text())["config"]
+    assert trained_with["bank_init"] == "examples" and trained_with["group_by_length"] is False
 
     png = tmp_path / "rel.png"
     code = main(

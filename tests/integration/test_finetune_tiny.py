@@ -193,9 +193,30 @@ def test_bad_configs_and_missing_peft(backbone_dir, tmp_path, monkeypatch) -> No
         TrainConfig(lora_rank=300).check()
     with pytest.raises(ValueError, match="epochs"):
         Trainer(TrainConfig(epochs=0))
+    with pytest.raises(ValueError, match="bank_init must be 'text' or 'examples'; got 'mean'"):
+        TrainConfig(bank_init="mean").check()
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'clef-agents\[train\]'"):
         Trainer(config(), backbone=str(backbone_dir)).fit(dataset(n=6), tmp_path)
+
+
+def test_bank_from_examples_starts_at_the_class_centroids(backbone_dir) -> None:
+    data = dataset(n=24)
+    from_text = Trainer(config(), backbone=str(backbone_dir))
+    from_text.build(data)
+    trainer = Trainer(config(bank_init="examples"), backbone=str(backbone_dir))
+    trainer.build(data)
+    bank = trainer.head.bank[trainer.fps["route"]].detach()
+    own = from_text.head.bank[from_text.fps["route"]].detach()  # the option texts' vectors
+    for k in range(3):
+        states = [ex.state for ex in data.examples if ex.labels["route"] == k]
+        pooled = trainer.backbone.encode(states).pooled.float()
+        mean = (own[k] + pooled.sum(0)) / (1 + len(states))
+        assert torch.allclose(bank[k], torch.nn.functional.normalize(mean, dim=-1), atol=1e-5)
+    assert not torch.allclose(bank, own, atol=1e-3)
+    # Score levels keep their texts' vectors: a mean over states would lose the order.
+    levels = trainer.head.bank[trainer.fps["urgency"]].detach()
+    assert torch.equal(levels, from_text.head.bank[from_text.fps["urgency"]].detach())
 
 
 def test_rl_stage_runs_with_partial_credit(backbone_dir, tmp_path) -> None:

@@ -102,3 +102,25 @@ def test_sample_per_label_and_stratified_split(tmp_path) -> None:
     assert not {ex.state for ex in val.examples} & {ex.state for ex in train.examples}
     with pytest.raises(TrainingDataError, match="at least 1"):
         sample_per_label(data, 0)
+
+
+def test_length_grouped_batches_hold_every_state_once_and_pad_less() -> None:
+    import random
+
+    from engine.train.trainer import _batches
+
+    rng = random.Random(0)
+    lengths = [rng.randrange(4, 80) for _ in range(1000)]
+    plain = _batches(1000, 32, random.Random(1))
+    grouped = _batches(1000, 32, random.Random(1), lengths)
+    for batches in (plain, grouped):
+        assert sorted(i for b in batches for i in b) == list(range(1000))
+        assert all(1 <= len(b) <= 32 for b in batches)
+
+    def padded(batches: list[list[int]]) -> int:
+        return sum(max(lengths[i] for i in b) * len(b) for b in batches)
+
+    assert padded(grouped) < 0.6 * padded(plain)
+    longest = [max(lengths[i] for i in b) for b in grouped]
+    assert longest != sorted(longest, reverse=True)  # batch order is shuffled
+    assert _batches(1000, 32, random.Random(2), lengths) != grouped  # new epoch, new grouping
