@@ -2,7 +2,10 @@
 
 Predictions are grouped by (question type, option-count bucket); each group gets the
 temperature minimising its NLL and, optionally, top-label histogram binning fitted on the
-temperature-scaled probabilities.
+temperature-scaled probabilities. Bins are kept only where they pay for themselves: a
+5-fold split of the same held-out items must show a lower out-of-fold ECE with the bins
+than with the temperature alone (on 1,000 BANKING77 validation rows the bins once took
+test ECE from 0.0135 to 0.0217).
 
 Example:
     >>> import torch
@@ -19,12 +22,15 @@ from collections.abc import Sequence
 import torch
 
 from engine.calibration.histogram import DEFAULT_BINS, HistogramBinning
+from engine.calibration.metrics import top_label_ece
 from engine.calibration.temperature import Calibrator, fit_temperature, key
 
 MIN_HISTOGRAM_ITEMS = 50
 """Fewer held-out items than this in a group: temperature only (bins would be noise)."""
 MIN_TEMPERATURE_ITEMS = 10
 """Fewer than this: keep the base temperature (a handful of items can push T to 0)."""
+HISTOGRAM_FOLDS = 5
+"""Folds of the check that decides whether histogram binning is kept."""
 
 
 def fit_calibrator(
@@ -36,6 +42,7 @@ def fit_calibrator(
     n_bins: int = DEFAULT_BINS,
     base: Calibrator | None = None,
     source: str = "fit_calibrator",
+    check_histogram: bool = True,
 ) -> Calibrator:
     """Temperatures (and histogram bins) per ``type/bucket`` key.
 
@@ -45,6 +52,9 @@ def fit_calibrator(
         types: Question type for each (``choice``, ``noul``, ``score``).
         histogram: Also fit top-label histogram binning per key.
         n_bins: Bins for histogram binning.
+        check_histogram: Keep a key's bins only if they lower the out-of-fold ECE of a
+            ``HISTOGRAM_FOLDS``-fold split of its items (see :func:`histogram_helps`);
+            ``False`` keeps them whenever there are enough items.
         base: Keys not fitted here are kept from ``base`` (e.g. one-sided yes/no biases).
         source: Provenance string stored with the calibration.
     """
@@ -68,10 +78,55 @@ def fit_calibrator(
         cal.temperatures[k] = t
         cal.histograms.pop(k, None)
         if histogram and len(idx) >= MIN_HISTOGRAM_ITEMS:
-            conf, hit = [], []
-            for row, y in zip(rows, ys, strict=True):
-                p = torch.softmax(row / t, dim=-1)
-                conf.append(float(p.max()))
-                hit.append(float(int(p.argmax()) == y))
+            if check_histogram and not histogram_helps(rows, ys, n_bins=n_bins):
+                continue
+            conf, hit = _top(rows, ys, t)
             cal.histograms[k] = HistogramBinning.fit(conf, hit, n_bins=n_bins)
     return cal
+
+
+def _top(
+    rows: Sequence[torch.Tensor], ys: Sequence[int], t: float
+) -> tuple[list[float], list[float]]:
+    """Top probability after temperature ``t`` and whether it was right, per item."""
+    conf, hit = [], []
+    for row, y in zip(rows, ys, strict=True):
+        p = torch.softmax(row / t, dim=-1)
+        conf.append(float(p.max()))
+        hit.append(float(int(p.argmax()) == y))
+    return conf, hit
+
+
+def histogram_helps(
+    rows: Sequence[torch.Tensor],
+    ys: Sequence[int],
+    *,
+    n_bins: int = DEFAULT_BINS,
+    folds: int = HISTOGRAM_FOLDS,
+    seed: int = 0,
+) -> bool:
+    """Whether temperature + histogram binning beats the temperature alone out of fold.
+
+    Each fold's items are scored by a temperature (and bins) fitted on the other folds;
+    the pooled out-of-fold ECEs of the two calibrations are compared.
+    """
+    n = len(ys)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    conf_t: list[float] = []
+    conf_h: list[float] = []
+    hits: list[float] = []
+    for f in range(folds):
+        held = order[f::folds]
+        held_set = set(held)
+        fit_idx = [i for i in order if i not in held_set]
+        if not held or not fit_idx:
+            continue
+        t = fit_temperature([rows[i] for i in fit_idx], [ys[i] for i in fit_idx])
+        bins = HistogramBinning.fit(
+            *_top([rows[i] for i in fit_idx], [ys[i] for i in fit_idx], t), n_bins=n_bins
+        )
+        conf, hit = _top([rows[i] for i in held], [ys[i] for i in held], t)
+        conf_t.extend(conf)
+        conf_h.extend(bins.top_value(torch.tensor(conf, dtype=torch.float64)).tolist())
+        hits.extend(hit)
+    return top_label_ece(conf_h, hits) < top_label_ece(conf_t, hits)

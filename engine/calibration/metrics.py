@@ -26,8 +26,15 @@ def _as_arrays(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
 def expected_calibration_error(probs: Any, labels: Any, n_bins: int = DEFAULT_BINS) -> float:
     """Top-label ECE with ``n_bins`` equal-width confidence bins (15 by default)."""
     p, y = _as_arrays(probs, labels)
-    conf = p.max(axis=1)
-    correct = (p.argmax(axis=1) == y).astype(np.float64)
+    return top_label_ece(p.max(axis=1), p.argmax(axis=1) == y, n_bins)
+
+
+def top_label_ece(confidence: Any, correct: Any, n_bins: int = DEFAULT_BINS) -> float:
+    """ECE from each prediction's top probability and whether that option was right."""
+    conf = np.asarray(confidence, dtype=np.float64).ravel()
+    correct = np.asarray(correct, dtype=np.float64).ravel()
+    if conf.size == 0 or conf.size != correct.size:
+        raise ValueError("top_label_ece needs as many outcomes as confidences, at least one")
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     ece = 0.0
     for lo, hi in itertools.pairwise(edges):

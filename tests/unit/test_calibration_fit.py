@@ -12,6 +12,7 @@ from engine.calibration import (
     expected_calibration_error,
     fit_calibrator,
 )
+from engine.calibration.fit import histogram_helps
 
 
 def overconfident(n: int = 2000, classes: int = 10, seed: int = 0):
@@ -54,6 +55,27 @@ def test_histogram_binning_keeps_rows_normalised_and_argmax() -> None:
     assert ece_h < ece_t
 
 
+def calibrated(n: int = 300, classes: int = 10, seed: int = 0):
+    """Labels drawn from the softmax itself: the temperature alone is already right."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, classes, generator=gen) * 3
+    labels = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(1)
+    return logits, labels
+
+
+def test_histogram_bins_are_kept_only_where_they_help_out_of_fold() -> None:
+    logits, labels = calibrated()
+    rows, ys = list(logits.double()), labels.tolist()
+    assert not histogram_helps(rows, ys)
+    cal = fit_calibrator(rows, ys, ["choice"] * len(ys), histogram=True)
+    assert cal.histograms == {} and "choice/b4" in cal.temperatures
+    forced = fit_calibrator(rows, ys, ["choice"] * len(ys), histogram=True, check_histogram=False)
+    assert set(forced.histograms) == {"choice/b4"}
+    # Over-confidence that one temperature cannot undo: the bins stay.
+    over, over_labels = overconfident(n=400)
+    assert histogram_helps(list(over.double()), over_labels.tolist())
+
+
 def test_histogram_maps_confidence_to_bin_accuracy() -> None:
     conf = np.r_[np.full(100, 0.9), np.full(100, 0.6)]
     hit = np.r_[np.ones(50), np.zeros(50), np.ones(60), np.zeros(40)]
@@ -66,6 +88,7 @@ def test_histogram_maps_confidence_to_bin_accuracy() -> None:
 def test_calibrator_round_trips_histograms_and_old_dicts_still_load() -> None:
     logits, labels = overconfident(n=400)
     cal = fit_calibrator(list(logits), labels.tolist(), ["choice"] * 400, histogram=True)
+    assert "choice/b4" in cal.histograms
     again = Calibrator.from_dict(cal.to_dict())
     probs = torch.softmax(logits[:5].double(), -1)
     assert torch.allclose(again.adjust(probs, "choice", 10), cal.adjust(probs, "choice", 10))
