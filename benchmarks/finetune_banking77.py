@@ -83,14 +83,16 @@ def _metrics(p: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     }
 
 
-def evaluate(model_dir: Path, test: Any, *, quantize: str | None = None) -> dict[str, Any]:
+def evaluate(
+    model_dir: Path, test: Any, *, quantize: str | None = None, device: str = "cpu"
+) -> dict[str, Any]:
     """Test metrics through the engine: raw head, temperature only, full calibration.
 
     The engine runs once with an identity calibrator (raw head probabilities); the saved
     calibration is then applied to those exactly as the engine applies it
     (``adjust(softmax(scale(logits)))``), which saves a second pass over the test set.
     """
-    engine = DecisionEngine.from_pretrained(model_dir, quantize=quantize, device="cpu")
+    engine = DecisionEngine.from_pretrained(model_dir, quantize=quantize, device=device)
     qid = next(iter(test.questions))
     question = test.questions[qid]
     n = len(question.option_specs())
@@ -133,7 +135,7 @@ def run(
                 for k, v in asdict(config).items()
                 if k not in ("similarity", "progress", "device", "model_name")
             },
-            "fp32": evaluate(Path(tmp), test),
+            "fp32": evaluate(Path(tmp), test, device=config.device or "cpu"),
         }
         if int8:
             entry["int8"] = evaluate(Path(tmp), test, quantize="int8")
