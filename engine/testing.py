@@ -40,7 +40,9 @@ def write_tiny_bert(
     max_position_embeddings: int = 128,
 ) -> Path:
     """Save a random BERT encoder + WordPiece tokenizer to ``directory`` (safetensors)."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    # transformers 5 keeps BertTokenizerFast as an alias of BertTokenizer at run time but
+    # not in its type stubs; 4.x (also supported) has the name for real.
+    from transformers import BertConfig, BertModel, BertTokenizerFast  # type: ignore[attr-defined]
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,7 @@ def fit_zero_shot(
     index = {n: i for i, n in enumerate(names)}
     y = [index[label] for label in labels]
     x = state_vectors if state_vectors is not None else _vectors(engine, texts)
-    choice_texts = option_texts(Choice(instructions="x", criteria=names))
+    choice_texts = option_texts(Choice(instructions="x", criteria=dict.fromkeys(names)))
     options = _vectors(engine, choice_texts)
     sims = x @ options.T  # [N, L]
     rng = random.Random(seed)

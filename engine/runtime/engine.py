@@ -341,8 +341,8 @@ class DecisionEngine:
                 )
             )
         total = (time.perf_counter() - started) * 1000.0
-        for r in results:
-            r.x_latency_ms = round(total / len(results), 3)
+        for result in results:
+            result.x_latency_ms = round(total / len(results), 3)
         return results
 
     # -- public API --------------------------------------------------------------------

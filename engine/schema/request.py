@@ -106,7 +106,7 @@ class DecisionRequest(BaseModel):
 
 def validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> InvalidRequestError:
     """Convert pydantic's error into ours, keeping every ``{loc, msg, type}`` entry."""
-    entries = []
+    entries: list[dict[str, Any]] = []
     for err in exc.errors(include_url=False, include_input=False):
         loc = prefix + tuple(str(p) for p in err["loc"])
         # Drop pydantic's union-member tags ("choice", "function-after[...]").
