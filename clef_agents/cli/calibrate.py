@@ -36,7 +36,11 @@ def register(sub: Any) -> None:
     p.add_argument("--text-col", default=None)
     p.add_argument("--label-col", default=None)
     p.add_argument("--instructions", default=None, help="instructions of an inferred choice")
-    p.add_argument("--histogram", action="store_true", help="also fit histogram binning")
+    p.add_argument(
+        "--histogram",
+        action="store_true",
+        help="also fit histogram binning (kept where a 5-fold check lowers ECE)",
+    )
     p.add_argument("--bins", type=int, default=15, help="histogram bins (default 15)")
     p.add_argument(
         "--diagram",
