@@ -11,7 +11,9 @@ pages_holdout/ (6 pages, 13 targets written afterwards and never tuned on) is sc
 separately (untimed) as the honest box number.
 
 Run:  python benchmarks/vision_screenshots.py [--repeats 3] [--threads 2]
-Writes benchmarks/results/vision_screenshots.json.
+      python benchmarks/vision_screenshots.py --runtime onnxruntime \
+          --out benchmarks/results/vision_screenshots_onnxruntime.json
+Writes benchmarks/results/vision_screenshots.json (OCR on OpenVINO when it is installed).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from clef_agents.browser import find_chromium, render_files  # noqa: E402
 from clef_agents.vision import ScreenshotClassifier  # noqa: E402
 from engine import DecisionEngine  # noqa: E402
 from engine.backbones.vision.images import open_image  # noqa: E402
-from engine.backbones.vision.ocr import DEFAULT_MAX_SIDE, RapidOcr  # noqa: E402
+from engine.backbones.vision.ocr import DEFAULT_MAX_SIDE, RUNTIMES, RapidOcr  # noqa: E402
 from engine.backbones.vision.pipeline import VisionPipeline  # noqa: E402
 from engine.backbones.vision.requests import attach  # noqa: E402
 
@@ -55,6 +57,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all)")
     parser.add_argument("--max-side", type=int, default=DEFAULT_MAX_SIDE)
     parser.add_argument("--limit", type=int, default=None, help="first N pages only")
+    parser.add_argument("--runtime", choices=RUNTIMES, default="auto", help="OCR runtime")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     if args.threads:
@@ -70,7 +73,8 @@ def main() -> None:
     render_s = time.perf_counter() - started
 
     engine = DecisionEngine()
-    pipeline = VisionPipeline(RapidOcr(max_side=args.max_side, threads=args.threads))
+    reader = RapidOcr(max_side=args.max_side, threads=args.threads, runtime=args.runtime)
+    pipeline = VisionPipeline(reader)
     attach(engine, pipeline)
     classifier = ScreenshotClassifier(engine)
     classifier.classify(pages[0].png)  # warm-up: OCR models and option embeddings
@@ -161,6 +165,7 @@ def main() -> None:
         "page_types": len({p.label for p in pages}),
         "repeats": args.repeats,
         "ocr_max_side": args.max_side,
+        "ocr_runtime": reader.runtime,
         "threads": args.threads or len(os.sched_getaffinity(0)),
         "machine": {
             "platform": platform.platform(),

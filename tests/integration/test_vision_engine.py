@@ -244,3 +244,37 @@ def test_ocr_recogniser_settings_reach_rapidocr_and_read_the_page() -> None:
     for bad in ({"rec_batch": 0}, {"rec_min_width": 8}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             RapidOcr(**bad)  # type: ignore[arg-type]
+
+
+def test_openvino_and_onnxruntime_read_the_same_page() -> None:
+    pytest.importorskip("openvino")
+    from engine.backbones.vision.ocr import RapidOcr, _OpenVinoSession
+
+    ov, ort = RapidOcr(runtime="openvino"), RapidOcr(runtime="onnxruntime")
+    assert RapidOcr().runtime == "openvino"  # auto picks OpenVINO when it is installed
+    assert ov.config()["runtime"] == "openvino" and ort.config()["runtime"] == "onnxruntime"
+    engine = ov._load()
+    assert isinstance(engine.text_det.infer, _OpenVinoSession)
+    assert isinstance(engine.text_rec.session, _OpenVinoSession)
+    assert not isinstance(ort._load().text_rec.session, _OpenVinoSession)
+    image = draw_login()
+    a, b = ov.read(image), ort.read(image)
+    assert [line.text for line in a] == [line.text for line in b]
+    assert "Sign in to Acme" in [line.text for line in a]
+    for x, y in zip(a, b, strict=True):
+        assert max(abs(p - q) for p, q in zip(x.box, y.box, strict=True)) <= 3.0
+
+
+def test_ocr_runtime_choice_is_checked(monkeypatch) -> None:
+    import sys
+
+    from engine import MissingDependencyError
+    from engine.backbones.vision import ocr as ocr_module
+
+    with pytest.raises(ValueError, match="runtime must be one of auto, openvino, onnxruntime"):
+        ocr_module.RapidOcr(runtime="tensorrt")
+    monkeypatch.setattr(ocr_module, "_has_openvino", lambda: False)
+    assert ocr_module.RapidOcr().runtime == "onnxruntime"  # auto without OpenVINO
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'clef-agents\[vision\]'"):
+        ocr_module.RapidOcr(runtime="openvino").read(draw_login())
