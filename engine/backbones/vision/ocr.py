@@ -171,7 +171,7 @@ class RapidOcr:
     def _load(self) -> Any:
         with self._lock:
             if self._engine is None:
-                self._engine = load_rapidocr(
+                engine = load_rapidocr(
                     use_cls=False,
                     text_score=self.min_score,
                     intra_op_num_threads=self.threads,
@@ -183,7 +183,8 @@ class RapidOcr:
                     det_limit_side_len=self.max_side,
                 )
                 if self.runtime == "openvino":
-                    _use_openvino(self._engine, self.threads)
+                    _use_openvino(engine, self.threads)  # raises: nothing is kept half-built
+                self._engine = engine
             return self._engine
 
     def scale_for(self, width: int, height: int) -> float:
