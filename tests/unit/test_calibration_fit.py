@@ -76,6 +76,20 @@ def test_histogram_bins_are_kept_only_where_they_help_out_of_fold() -> None:
     assert histogram_helps(list(over.double()), over_labels.tolist())
 
 
+def test_histogram_binning_never_hands_the_answer_to_the_runner_up() -> None:
+    # Bins that map every confidence to 0.2: the floor must keep the top option on top,
+    # also when the runner-up has the lower index (argmax takes the first of a tie).
+    low = HistogramBinning([0.0, 1.0], [0.2])
+    for dtype in (torch.float32, torch.float64):
+        probs = torch.tensor([[0.30, 0.50, 0.20], [0.45, 0.05, 0.50], [0.2, 0.2, 0.6]], dtype=dtype)
+        out = low.apply(probs)
+        assert torch.equal(out.argmax(-1), probs.argmax(-1))
+        assert torch.allclose(out.sum(-1), torch.ones(3, dtype=dtype))
+        top = out.max(-1).values
+        runner_up = out.topk(2, -1).values[:, 1]
+        assert bool((top > runner_up).all())
+
+
 def test_histogram_maps_confidence_to_bin_accuracy() -> None:
     conf = np.r_[np.full(100, 0.9), np.full(100, 0.6)]
     hit = np.r_[np.ones(50), np.zeros(50), np.ones(60), np.zeros(40)]
