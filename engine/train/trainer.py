@@ -7,7 +7,8 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
    head's option bank for the trained questions;
 3. train LoRA adapters (peft) and the head with label-smoothed CE + lambda * Brier
    (+ RPS for score questions); all questions about a state share one backbone pass;
-4. keep the epoch with the best validation accuracy (early stopping with patience);
+4. keep the latest epoch whose validation accuracy is within one standard error of the
+   best so far (early stopping: ``patience`` epochs below that band end the run);
    a checkpoint after every epoch makes ``resume=True`` continue an interrupted run;
 5. optionally an RL stage (:mod:`engine.train.rl`) on the head;
 6. fit temperatures (and optional histogram binning) on the validation split;
@@ -402,16 +403,24 @@ class Trainer:
                 running += float(loss.detach())
                 bar.set_postfix(loss=f"{running / n:.4f}")
             record = {"epoch": epoch + 1, "train_loss": running / max(1, steps_per_epoch)}
+            tolerance = 0.0
             if val.examples:
                 metrics = self.evaluate(val)[0]
                 record.update({f"val_{k}": v for k, v in metrics.items()})
                 score = metrics["accuracy"] - 1e-3 * metrics["nll"]
+                tolerance = _standard_error(metrics["accuracy"], len(val.pairs()))
             else:
                 score = -record["train_loss"]
             history.append(record)
             log.info("epoch %d: %s", epoch + 1, record)
-            if score > best["score"]:
-                best = {"score": score, "epoch": epoch + 1, "state": self._state()}
+            # Validation accuracy is a sample: a later epoch within one standard error of the
+            # best so far counts as no worse, and it has seen a lower learning rate.
+            if score >= best["score"] - tolerance:
+                best = {
+                    "score": max(score, best["score"]),
+                    "epoch": epoch + 1,
+                    "state": self._state(),
+                }
                 bad_epochs = 0
             else:
                 bad_epochs += 1
@@ -673,6 +682,12 @@ class Trainer:
         }
         (out / "training.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         assert (out / HEAD_FILE).is_file()
+
+
+def _standard_error(accuracy: float, n: int) -> float:
+    """Standard error of an accuracy measured on ``n`` labels (at least that of 1 in n)."""
+    n = max(1, n)
+    return math.sqrt(max(accuracy * (1.0 - accuracy), 1.0 / n) / n)
 
 
 GROUP_WINDOW = 50

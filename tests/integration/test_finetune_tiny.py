@@ -188,6 +188,23 @@ def test_resume_continues_from_the_last_checkpoint(backbone_dir, tmp_path, monke
     assert not (tmp_path / "checkpoint").exists()
 
 
+def test_a_later_epoch_within_one_standard_error_is_kept(backbone_dir, tmp_path, monkeypatch):
+    # 10 validation states x 3 questions: the standard error of 0.9 is sqrt(.09 / 30) = 0.055.
+    scripted = iter([0.90, 0.86, 0.70, 0.69])
+    original = Trainer.evaluate
+
+    def scored(self, *args, **kwargs):
+        metrics, *rest = original(self, *args, **kwargs)
+        return ({**metrics, "accuracy": next(scripted, metrics["accuracy"])}, *rest)
+
+    monkeypatch.setattr(Trainer, "evaluate", scored)
+    result = Trainer(config(epochs=6), backbone=str(backbone_dir)).fit(dataset(n=40), tmp_path)
+    # 0.86 is within 0.055 of 0.90 and comes later: kept. 0.70 and 0.69 are not: patience 2
+    # ends the run after epoch 4 of 6.
+    assert result.best_epoch == 2
+    assert [h["epoch"] for h in result.history] == [1, 2, 3, 4]
+
+
 def test_bad_configs_and_missing_peft(backbone_dir, tmp_path, monkeypatch) -> None:
     with pytest.raises(ValueError, match=r"lora_rank must be in 0\.\.256"):
         TrainConfig(lora_rank=300).check()
