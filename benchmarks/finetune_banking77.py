@@ -261,7 +261,7 @@ def main() -> None:
     full_runs = {
         "full-head-only": ("full_head_only", {"histogram": True, "lora_rank": 0, "epochs": 10}),
         # Temperature only: histogram bins fitted on the validation split raised test ECE in
-        # 3 of 5 full-set runs (docs/finetune.md), even after the 5-fold check.
+        # 5 of the 6 full-set runs that fitted them (docs/finetune.md), even after the check.
         "full": ("full", {}),
     }
     for section, (name, kw) in full_runs.items():
