@@ -227,12 +227,12 @@ def _empty_box_below(
     x0 = max(0, left - 2)
     x1 = min(width, x0 + max(3 * (right - left), 160))
     fill = _fill_colour(array, box)
+    last_start = bottom + int(1.5 * text_h) + 4  # the box's top edge starts above this row
     # Only rows from the label's bottom to the deepest row a box may reach are looked at.
-    y_stop = min(height, bottom + int(1.5 * text_h) + 4 + 5 * text_h)
-    seg = array[bottom:y_stop, x0:x1]
+    seg = array[bottom : min(height, last_start + 5 * text_h), x0:x1]
     differs = 1.0 - _close(seg, fill).mean(axis=1)
     start = None
-    for y in range(bottom, min(height, bottom + int(1.5 * text_h) + 4)):
+    for y in range(bottom, min(height, last_start)):
         if differs[y - bottom] > 0.85:
             start = y
             break
@@ -250,7 +250,7 @@ def _empty_box_below(
     if end is None or end - start < 0.8 * text_h:
         return None
     mid = (start + end) // 2
-    row = np.abs(array[mid].astype(np.int32) - inner).sum(axis=1) <= _TOLERANCE
+    row = _close(array[mid], inner)
     a = x0 + 8
     while a > 0 and row[a - 1]:
         a -= 1
