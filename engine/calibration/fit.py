@@ -121,10 +121,9 @@ def histogram_helps(
         fit_idx = [i for i in order if i not in held_set]
         if not held or not fit_idx:
             continue
-        t = fit_temperature([rows[i] for i in fit_idx], [ys[i] for i in fit_idx])
-        bins = HistogramBinning.fit(
-            *_top([rows[i] for i in fit_idx], [ys[i] for i in fit_idx], t), n_bins=n_bins
-        )
+        fit_rows, fit_ys = [rows[i] for i in fit_idx], [ys[i] for i in fit_idx]
+        t = fit_temperature(fit_rows, fit_ys)
+        bins = HistogramBinning.fit(*_top(fit_rows, fit_ys, t), n_bins=n_bins)
         conf, hit = _top([rows[i] for i in held], [ys[i] for i in held], t)
         conf_t.extend(conf)
         conf_h.extend(bins.top_value(torch.tensor(conf, dtype=torch.float64)).tolist())
