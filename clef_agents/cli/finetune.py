@@ -16,8 +16,8 @@ EPILOG = """data:
 
 examples:
   clef-agents finetune train.csv --label-col category --out out/banking77
-  clef-agents finetune train.csv --label-col category --examples-per-label 10 --epochs 10 \\
-      --out out/banking77-10shot
+  clef-agents finetune train.csv --label-col category --examples-per-label 10 \\
+      --head prototype --contrastive-steps 60 --val-fraction 0 --out out/banking77-10shot
   clef-agents finetune tickets.jsonl --questions questions.json --out out/tickets
   clef-agents eval test.csv --label-col category --model out/banking77
 """
@@ -61,6 +61,24 @@ def register(sub: Any) -> None:
     p.add_argument("--label-smoothing", type=float, default=None)
     p.add_argument("--brier-weight", type=float, default=None)
     p.add_argument("--ordinal-weight", type=float, default=None)
+    p.add_argument(
+        "--head",
+        choices=["option_evidence", "prototype"],
+        default=None,
+        help="option_evidence (default): train the head for --epochs; prototype: fit a "
+        "linear head on the (adapted) state vectors, no epochs (few-shot recipe)",
+    )
+    p.add_argument(
+        "--contrastive-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="contrastive stage on the LoRA adapters before the head (default 0; "
+        "60 with --head prototype is the measured few-shot recipe)",
+    )
+    p.add_argument("--contrastive-per-label", type=int, default=None, metavar="K")
+    p.add_argument("--contrastive-temperature", type=float, default=None)
+    p.add_argument("--contrastive-lr", type=float, default=None, help="default: --lr")
     p.add_argument("--no-head", action="store_true", help="cosine scoring only (ablation)")
     p.add_argument(
         "--bank-init",
@@ -111,6 +129,11 @@ _FIELDS = {
     "rl_epochs": "rl_epochs",
     "rl_kl": "rl_kl",
     "bank_init": "bank_init",
+    "head": "head",
+    "contrastive_steps": "contrastive_steps",
+    "contrastive_per_label": "contrastive_per_label",
+    "contrastive_temperature": "contrastive_temperature",
+    "contrastive_lr": "contrastive_lr",
     "seed": "seed",
     "device": "device",
 }

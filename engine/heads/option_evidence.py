@@ -95,6 +95,10 @@ class OptionEvidenceHead(nn.Module):
         self.bank = nn.ParameterDict()
         self.bank_names: dict[str, list[str]] = {}
         self.bank_types: dict[str, str] = {}
+        # Trained questions answered by a fitted linear head on the pooled vector instead
+        # (``TrainConfig(head="prototype")``): fingerprint -> [n, H] weights and [n] biases.
+        self.prototype_weight = nn.ParameterDict()
+        self.prototype_bias = nn.ParameterDict()
         if not config.evidence:
             return
         self.token_norm = nn.LayerNorm(h)
@@ -136,6 +140,36 @@ class OptionEvidenceHead(nn.Module):
 
     def knows(self, question_type: str, names: Sequence[str]) -> bool:
         return fingerprint(question_type, names) in self.bank
+
+    def add_prototypes(
+        self, question_type: str, names: Sequence[str], weight: torch.Tensor, bias: torch.Tensor
+    ) -> None:
+        """Answer a registered question with ``pooled @ weight.T + bias`` (a prototype head)."""
+        fp = fingerprint(question_type, names)
+        if fp not in self.bank:
+            raise KeyError(f"question {fp} is not registered; call add_question first")
+        if weight.shape != (len(names), self.config.hidden_size) or bias.shape != (len(names),):
+            raise ValueError(
+                f"prototype head of {len(names)} options needs weight "
+                f"[{len(names)}, {self.config.hidden_size}] and bias [{len(names)}]; "
+                f"got {list(weight.shape)} and {list(bias.shape)}"
+            )
+        self.prototype_weight[fp] = nn.Parameter(weight.detach().float().clone(), False)
+        self.prototype_bias[fp] = nn.Parameter(bias.detach().float().clone(), False)
+
+    def prototype_logits(
+        self, question_type: str, names: Sequence[str], pooled: torch.Tensor
+    ) -> torch.Tensor | None:
+        """Logits ``[B, n]`` of the question's prototype head, or ``None`` if it has none."""
+        fp = fingerprint(question_type, names)
+        if fp not in self.prototype_weight:
+            return None
+        weight, bias = self.prototype_weight[fp], self.prototype_bias[fp]
+        stored = self.bank_names[fp]
+        if stored != list(names):  # same set, asked in another order
+            order = [stored.index(name) for name in names]
+            weight, bias = weight[order], bias[order]
+        return pooled.to(weight.dtype) @ weight.T + bias
 
     def option_vectors(
         self, question_type: str, names: Sequence[str], text_vectors: torch.Tensor | None
@@ -197,7 +231,12 @@ class OptionEvidenceHead(nn.Module):
             "kind": "option_evidence",
             "config": self.config.to_dict(),
             "questions": {
-                fp: {"type": self.bank_types[fp], "names": self.bank_names[fp]} for fp in self.bank
+                fp: {
+                    "type": self.bank_types[fp],
+                    "names": self.bank_names[fp],
+                    **({"prototype": True} if fp in self.prototype_weight else {}),
+                }
+                for fp in self.bank
             },
         }
 
@@ -227,6 +266,9 @@ class OptionEvidenceHead(nn.Module):
                 head.bank[fp] = nn.Parameter(vectors)
                 head.bank_names[fp] = list(info["names"])
                 head.bank_types[fp] = str(info["type"])
+                if info.get("prototype"):
+                    head.prototype_weight[fp] = nn.Parameter(state[f"prototype_weight.{fp}"], False)
+                    head.prototype_bias[fp] = nn.Parameter(state[f"prototype_bias.{fp}"], False)
             head.load_state_dict(state)
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:
             raise ModelLoadError(

@@ -2,10 +2,11 @@
 
 Questions the head was trained on (same type and option names) are scored by the
 :class:`~engine.heads.option_evidence.OptionEvidenceHead` on the adapted backbone's token
-states, then calibrated (temperature, optional histogram binning). Every other question
-is answered zero-shot by the *base* backbone (the adapter is not applied), exactly as an
-engine without a trained head would answer it; that base backbone is loaded the first
-time such a question arrives.
+states (or, for a question trained with ``head="prototype"``, by the linear prototype
+head stored with it, on the adapted pooled vector), then calibrated (temperature,
+optional histogram binning). Every other question is answered zero-shot by the *base*
+backbone (the adapter is not applied), exactly as an engine without a trained head would
+answer it; that base backbone is loaded the first time such a question arrives.
 
 Example:
     >>> engine = DecisionEngine.from_pretrained("./out/banking77")     # doctest: +SKIP
@@ -186,10 +187,12 @@ class TrainedHead:
     ) -> torch.Tensor:
         """Calibrated probabilities ``[B, n]`` (float64) for one question."""
         device = next(self.module.parameters()).device
-        options = self.module.option_vectors(question_type, names, vectors).to(device)
-        raw = self.module(
-            states.to(device), mask.to(device), pooled.to(device), options, question_type
-        )
+        raw = self.module.prototype_logits(question_type, names, pooled.to(device))
+        if raw is None:
+            options = self.module.option_vectors(question_type, names, vectors).to(device)
+            raw = self.module(
+                states.to(device), mask.to(device), pooled.to(device), options, question_type
+            )
         logits = self.calibrator.scale(raw.double(), question_type, len(names))
         return self.calibrator.adjust(torch.softmax(logits, dim=-1), question_type, len(names))
 

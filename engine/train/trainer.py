@@ -48,9 +48,11 @@ from engine.heads.option_evidence import (
     fingerprint,
     pad_tokens,
 )
+from engine.heads.prototype import PrototypeClassifier
 from engine.heads.zero_shot import option_texts
 from engine.runtime.adapter import ADAPTER_DIR
 from engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
+from engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
 from engine.train.data import TrainingDataError, TrainingSet, split
 from engine.train.losses import decision_loss, partial_credit
 from engine.train.rl import rl_loss
@@ -65,6 +67,7 @@ TARGETS = (
 )
 MAX_RANK = 256
 CHECKPOINT_DIR = "checkpoint"
+HEADS = ("option_evidence", "prototype")
 
 
 @dataclass
@@ -108,6 +111,18 @@ class TrainConfig:
     """Batch states of similar token length together (shuffled in windows of 50 batches,
     batch order shuffled), so little compute goes to padding; on BANKING77 the padded tokens
     per state drop from 47 to 17."""
+    head: str = "option_evidence"
+    """``"option_evidence"``: train the option-evidence head for ``epochs`` epochs;
+    ``"prototype"``: no epochs, fit a linear prototype head per question on the (adapted)
+    pooled vectors of the training states, as the engine does for options with examples;
+    with ``contrastive_steps`` this is the few-shot recipe (SetFit-style)."""
+    contrastive_steps: int = 0
+    """Steps of the contrastive stage on the LoRA adapters before the head (0: none)."""
+    contrastive_per_label: int = 2
+    """States of each label in one contrastive step (the option text counts as one)."""
+    contrastive_temperature: float = 0.05
+    contrastive_lr: float | None = None
+    """Default: ``lr``."""
     rl_epochs: int = 0
     rl_lr: float = 2e-4
     rl_kl: float = 0.5
@@ -128,6 +143,26 @@ class TrainConfig:
             raise ValueError(f"batch_size must be at least 1; got {self.batch_size}")
         if not 0 <= self.lora_rank <= MAX_RANK:
             raise ValueError(f"lora_rank must be in 0..{MAX_RANK}; got {self.lora_rank}")
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {', '.join(HEADS)}; got {self.head!r}")
+        if self.contrastive_steps < 0:
+            raise ValueError(f"contrastive_steps must be >= 0; got {self.contrastive_steps}")
+        if self.contrastive_steps > 0 and self.lora_rank == 0:
+            raise ValueError("contrastive_steps trains the LoRA adapters; it needs lora_rank > 0")
+        if self.contrastive_per_label < 2:
+            raise ValueError(
+                f"contrastive_per_label must be at least 2 (a state needs a positive); "
+                f"got {self.contrastive_per_label}"
+            )
+        if self.contrastive_temperature <= 0:
+            raise ValueError(
+                f"contrastive_temperature must be positive; got {self.contrastive_temperature}"
+            )
+        if self.head == "prototype" and self.rl_epochs > 0:
+            raise ValueError(
+                "the RL stage trains the option-evidence head; head='prototype' "
+                "has none (set rl_epochs=0)"
+            )
         if self.bank_init not in ("text", "examples"):
             raise ValueError(f"bank_init must be 'text' or 'examples'; got {self.bank_init!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -308,8 +343,10 @@ class Trainer:
                 continue
             idx = torch.tensor(rows, device=self.device)
             qtype = str(question.type)  # type: ignore[attr-defined]
-            options = head.option_vectors(qtype, data.names(qid), None)
-            logits = head(tokens[idx], mask[idx], pooled[idx], options, qtype)
+            logits = head.prototype_logits(qtype, data.names(qid), pooled[idx])
+            if logits is None:
+                options = head.option_vectors(qtype, data.names(qid), None)
+                logits = head(tokens[idx], mask[idx], pooled[idx], options, qtype)
             target = torch.tensor(
                 [data.examples[batch[r]].labels[qid] for r in rows], device=self.device
             )
@@ -359,12 +396,16 @@ class Trainer:
         start_epoch = 0
         checkpoint = out / CHECKPOINT_DIR
         if resume and (checkpoint / "meta.json").is_file():
+            # The checkpointed adapters already went through the contrastive stage.
             start_epoch, history, best = self._load_checkpoint(checkpoint, optimizer, scheduler)
-        bad_epochs = sum(1 for h in history if h["epoch"] > best["epoch"])
+        elif cfg.contrastive_steps > 0:
+            history.append(self.contrast(train))
+        bad_epochs = sum(1 for h in history if h.get("epoch", 0) > best["epoch"])
         from tqdm.auto import tqdm
 
         lengths = self._lengths(train) if cfg.group_by_length else None
-        for epoch in range(start_epoch, cfg.epochs):
+        epochs = cfg.epochs if cfg.head == "option_evidence" else 0
+        for epoch in range(start_epoch, epochs):
             if bad_epochs >= cfg.patience and val.examples:
                 break
             rng = random.Random(cfg.seed * 1000 + epoch)
@@ -428,6 +469,8 @@ class Trainer:
 
         if best["state"] is not None:
             self._restore(best["state"])
+        if cfg.head == "prototype":
+            self.fit_prototypes(train)
         if cfg.rl_epochs > 0:
             rl_history = self.reinforce(train, val)
             history.extend(rl_history)
@@ -486,6 +529,98 @@ class Trainer:
         )
         ece = _ece_after(None, logits_out, labels, types)
         return {"accuracy": acc, "nll": nll, "ece": ece}, logits_out, labels, types
+
+    # -- contrastive stage and prototype head ----------------------------------------------
+
+    def _members(self, data: TrainingSet, qid: str) -> tuple[list[str], list[list[int]]]:
+        """Texts of a question's labelled states plus its option texts, grouped by label."""
+        question = data.questions[qid]
+        texts: list[str] = []
+        members: list[list[int]] = [[] for _ in data.names(qid)]
+        for ex in data.examples:
+            if qid in ex.labels:
+                members[ex.labels[qid]].append(len(texts))
+                texts.append(ex.state)
+        for label, text in enumerate(option_texts(question)):
+            members[label].append(len(texts))
+            texts.append(text)
+        return texts, members
+
+    def contrast(self, train: TrainingSet) -> dict[str, float]:
+        """The contrastive stage (:mod:`engine.train.contrastive`) on the LoRA adapters.
+
+        Step ``s`` of ``contrastive_steps`` takes the questions in turn (those with at least
+        two labels) and samples ``contrastive_per_label`` members of each label; the
+        learning rate warms up over the first sixth of the steps, then decays linearly.
+        """
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        questions = [q for q in train.questions if len(train.names(q)) >= 2]
+        if not questions:
+            raise TrainingDataError(
+                "the contrastive stage needs a question with at least two labels",
+                field="contrastive_steps",
+            )
+        pools = {q: self._members(train, q) for q in questions}
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(
+            params, lr=cfg.contrastive_lr or cfg.lr, weight_decay=cfg.weight_decay
+        )
+        total = cfg.contrastive_steps
+        warmup = max(1, round(total / 6))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min(1.0, (s + 1) / warmup) * max(0.0, 1.0 - s / total)
+        )
+        rng = random.Random(cfg.seed)
+        self.model.train()
+        losses: list[float] = []
+        bar = tqdm(range(total), desc="contrastive", disable=not cfg.progress, leave=False)
+        for step in bar:
+            texts, members = pools[questions[step % len(questions)]]
+            batch = contrastive_batch(members, cfg.contrastive_per_label, rng)
+            pooled = self._forward([texts[i] for i, _ in batch])[2]
+            labels = torch.tensor([c for _, c in batch], device=self.device)
+            loss = supervised_contrastive_loss(pooled, labels, cfg.contrastive_temperature)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        self.model.eval()
+        tail = losses[-max(1, total // 10) :]
+        return {
+            "contrastive_steps": float(total),
+            "contrastive_loss_first": losses[0],
+            "contrastive_loss_last": sum(tail) / len(tail),
+        }
+
+    @torch.no_grad()
+    def fit_prototypes(self, train: TrainingSet) -> None:
+        """Fit a prototype head per question on the adapted pooled vectors of ``train``.
+
+        Each option's text is one more example of its label (as in the engine's prototype
+        head); the temperature comes from a 5-fold split of those same examples and is
+        folded into the stored weights. A validation split, when there is one, is left
+        for the calibrator that the trainer fits afterwards.
+        """
+        self.model.eval()
+        for qid, question in train.questions.items():
+            texts, members = self._members(train, qid)
+            labels = torch.empty(len(texts), dtype=torch.long)
+            for label, items in enumerate(members):
+                labels[items] = label
+            chunks = [texts[i : i + 64] for i in range(0, len(texts), 64)]
+            vectors = torch.cat([self._forward(c)[2].float().cpu() for c in chunks])
+            names = train.names(qid)
+            fitted = PrototypeClassifier.fit(vectors, labels, len(names), seed=self.config.seed)
+            self.head.add_prototypes(
+                str(question.type),  # type: ignore[attr-defined]
+                names,
+                (fitted.weight / fitted.temperature).to(self.device),
+                (fitted.bias / fitted.temperature).to(self.device),
+            )
 
     # -- RL stage ------------------------------------------------------------------------
 

@@ -138,3 +138,22 @@ def test_calibrate_refuses_to_overwrite_a_bare_hf_dir(tiny_dir, tmp_path, capsys
     )
     assert code == 0
     assert json.loads((tmp_path / "cal" / "config.json").read_text())["format"] == "clef-agents"
+
+
+def test_finetune_few_shot_recipe_flags(tiny_dir, tmp_path, capsys) -> None:
+    train, out = tmp_path / "train.csv", tmp_path / "model"
+    write_csv(train, 18, seed=0)
+    args = ["finetune", str(train), "--out", str(out), "--backbone", str(tiny_dir)]
+    args += ["--label-col", "intent", "--lora-rank", "2", "--quiet", "--device", "cpu"]
+    code = main([*args, "--head", "prototype", "--contrastive-steps", "4", "--val-fraction", "0"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["best_epoch"] == 0  # no head epochs
+    report = json.loads((out / "training.json").read_text())
+    assert report["config"]["head"] == "prototype"
+    assert report["history"][0]["contrastive_steps"] == 4
+    head = json.loads((out / "config.json").read_text())["head"]
+    assert [q["prototype"] for q in head["questions"].values()] == [True]
+    # A bad combination is a usage error naming the fix, not a traceback.
+    code = main([*args, "--contrastive-steps", "4", "--lora-rank", "0"])
+    assert code == 2
+    assert "needs lora_rank > 0" in capsys.readouterr().err

@@ -106,6 +106,39 @@ def test_save_load_round_trip(tmp_path) -> None:
         OptionEvidenceHead.load(tmp_path, description)
 
 
+def test_prototype_head_answers_its_question_in_any_option_order(tmp_path) -> None:
+    head = trained_like()
+    head.add_question("choice", ["a", "b", "c"], torch.randn(3, 16))
+    head.add_question("noul", ["yes", "no"], torch.randn(2, 16))
+    weight, bias = torch.randn(3, 16), torch.tensor([0.1, -0.2, 0.3])
+    head.add_prototypes("choice", ["a", "b", "c"], weight, bias)
+    _, _, pooled, _ = inputs()
+    got = head.prototype_logits("choice", ["a", "b", "c"], pooled)
+    assert got is not None and torch.allclose(got, pooled @ weight.T + bias)
+    reordered = head.prototype_logits("choice", ["c", "a", "b"], pooled)
+    assert reordered is not None and torch.allclose(reordered, got[:, [2, 0, 1]])
+    # Questions without prototypes (and unknown ones) keep the evidence path.
+    assert head.prototype_logits("noul", ["yes", "no"], pooled) is None
+    assert head.prototype_logits("choice", ["x", "y"], pooled) is None
+    # Stored with the head, not trainable, and restored by load.
+    assert not head.prototype_weight[fingerprint("choice", ["a", "b", "c"])].requires_grad
+    description = head.save(tmp_path)
+    flags = {q["type"]: q.get("prototype", False) for q in description["questions"].values()}
+    assert flags == {"choice": True, "noul": False}
+    again = OptionEvidenceHead.load(tmp_path, description)
+    assert torch.equal(again.prototype_logits("choice", ["a", "b", "c"], pooled), got)
+    assert again.prototype_logits("noul", ["yes", "no"], pooled) is None
+
+
+def test_prototypes_need_a_registered_question_and_the_right_shapes() -> None:
+    head = trained_like()
+    with pytest.raises(KeyError, match="add_question"):
+        head.add_prototypes("choice", ["a", "b"], torch.randn(2, 16), torch.zeros(2))
+    head.add_question("choice", ["a", "b"], torch.randn(2, 16))
+    with pytest.raises(ValueError, match=r"needs weight \[2, 16\] and bias \[2\]; got \[2, 8\]"):
+        head.add_prototypes("choice", ["a", "b"], torch.randn(2, 8), torch.zeros(2))
+
+
 def test_no_evidence_ablation_has_no_attention_layers() -> None:
     head = OptionEvidenceHead(HeadConfig(hidden_size=16, evidence=False))
     assert sum(p.numel() for p in head.parameters()) == 1 + 3

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from engine.train.contrastive import MAX_BATCH, contrastive_batch, supervised_contrastive_loss
 from engine.train.losses import brier, decision_loss, partial_credit, ranked_probability_score
 from engine.train.rl import rl_loss
 
@@ -84,3 +85,50 @@ def test_rl_kl_term_is_zero_at_the_reference() -> None:
         logits, logits, torch.tensor([0, 1, 2, 3]), torch.eye(5), kl_weight=0.0, generator=gen
     )
     assert float(with_kl) == pytest.approx(float(without), abs=1e-6)
+
+
+def test_supervised_contrastive_loss_hand_computed() -> None:
+    z = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0]]), dim=-1)
+    s01, s12 = float(z[0] @ z[1]), float(z[1] @ z[2])  # z0 . z2 = 0
+    # Anchor 2 has no positive and is left out; anchors 0 and 1 each have one.
+    a0 = -math.log(math.exp(s01) / (math.exp(s01) + 1.0))
+    a1 = -math.log(math.exp(s01) / (math.exp(s01) + math.exp(s12)))
+    got = supervised_contrastive_loss(z, torch.tensor([0, 0, 1]), 1.0)
+    assert float(got) == pytest.approx((a0 + a1) / 2, abs=1e-6)
+    # A lower temperature sharpens: the same, well separated batch costs less.
+    assert float(supervised_contrastive_loss(z, torch.tensor([0, 0, 1]), 0.1)) < float(got)
+
+
+def test_supervised_contrastive_loss_rewards_clustered_labels() -> None:
+    labels = torch.tensor([0, 0, 1, 1])
+    together = torch.tensor([[1.0, 0.0], [0.99, 0.14], [0.0, 1.0], [0.14, 0.99]])
+    mixed = together[[0, 2, 1, 3]]
+    loss = supervised_contrastive_loss
+    assert float(loss(together, labels, 0.1)) < float(loss(mixed, labels, 0.1))
+
+
+def test_supervised_contrastive_loss_without_positives_and_bad_temperature() -> None:
+    z = torch.nn.functional.normalize(torch.randn(3, 4), dim=-1).requires_grad_(True)
+    loss = supervised_contrastive_loss(z, torch.tensor([0, 1, 2]), 0.05)
+    assert float(loss.detach()) == 0.0
+    loss.backward()  # still part of the graph
+    assert z.grad is not None and float(z.grad.abs().sum()) == 0.0
+    with pytest.raises(ValueError, match="temperature must be positive; got 0"):
+        supervised_contrastive_loss(z, torch.tensor([0, 0, 1]), 0)
+
+
+def test_contrastive_batch_samples_every_label() -> None:
+    import random
+
+    members = [[0, 1, 2, 3], [4], [], [5, 6, 7]]
+    batch = contrastive_batch(members, 2, random.Random(0))
+    by_label: dict[int, list[int]] = {}
+    for item, label in batch:
+        assert item in members[label]
+        by_label.setdefault(label, []).append(item)
+    # Two distinct members of each label; a label with one member gives it; empty: skipped.
+    assert {k: len(set(v)) for k, v in by_label.items()} == {0: 2, 1: 1, 3: 2}
+    many = [[2 * c, 2 * c + 1] for c in range(500)]
+    big = contrastive_batch(many, 2, random.Random(0))
+    assert len(big) == MAX_BATCH
+    assert all(sum(1 for _, c in big if c == label) == 2 for label in {c for _, c in big})
