@@ -1,11 +1,16 @@
 """Fine-tuning: LoRA adapters (peft) + the option-evidence head, then calibration.
 
+The few-shot recipe trains the adapters with a contrastive loss instead and fits a
+prototype head on the adapted vectors (``TrainConfig(head="prototype",
+contrastive_steps=60)``).
+
 Needs the ``[train]`` extra (``pip install 'clef-agents[train]'``) for LoRA; data loading
 and the losses work without it.
 """
 
 from __future__ import annotations
 
+from engine.train.contrastive import supervised_contrastive_loss
 from engine.train.data import (
     Example,
     TrainingDataError,
@@ -37,4 +42,5 @@ __all__ = [
     "rl_loss",
     "sample_per_label",
     "split",
+    "supervised_contrastive_loss",
 ]

@@ -5,11 +5,15 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
 1. carve a stratified validation split from the training data;
 2. embed every option text once with the *base* backbone; these vectors start the
    head's option bank for the trained questions;
-3. train LoRA adapters (peft) and the head with label-smoothed CE + lambda * Brier
-   (+ RPS for score questions); all questions about a state share one backbone pass;
-4. keep the latest epoch whose validation accuracy is within one standard error of the
-   best so far (early stopping: ``patience`` epochs below that band end the run);
-   a checkpoint after every epoch makes ``resume=True`` continue an interrupted run;
+3. optionally a contrastive stage on the LoRA adapters (``contrastive_steps``,
+   :mod:`engine.train.contrastive`);
+4. ``head="option_evidence"`` (default): train LoRA adapters (peft) and the head with
+   label-smoothed CE + lambda * Brier (+ RPS for score questions); all questions about a
+   state share one backbone pass; keep the latest epoch whose validation accuracy is
+   within one standard error of the best so far (early stopping: ``patience`` epochs
+   below that band end the run); a checkpoint after every epoch makes ``resume=True``
+   continue an interrupted run. ``head="prototype"``: no epochs; fit a prototype head per
+   question on the (adapted) pooled vectors of the training states (the few-shot recipe);
 5. optionally an RL stage (:mod:`engine.train.rl`) on the head;
 6. fit temperatures (and optional histogram binning) on the validation split;
 7. write a model dir: ``config.json``, ``head.safetensors``, ``adapter/`` (peft format),
