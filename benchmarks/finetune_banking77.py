@@ -201,7 +201,14 @@ def main() -> None:
         "--contrastive-steps",
         type=int,
         default=0,
-        help="full-set runs: a contrastive stage of N steps before the head (own section)",
+        help="full-set runs: a contrastive stage of N steps before the head; "
+        "fewshot-contrastive: its step count when not 30 (own sections)",
+    )
+    parser.add_argument(
+        "--contrastive-per-label",
+        type=int,
+        default=None,
+        help="fewshot-contrastive: states per label in a step (not 2: own section)",
     )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -236,16 +243,23 @@ def main() -> None:
     # on the adapted vectors with its 5-fold temperature; all 10 examples train it.
     few_contrastive: dict[str, Any] = {
         "head": "prototype",
-        "contrastive_steps": 60,
+        "contrastive_steps": 30,
         "val_fraction": 0.0,
     }
     # Its control: the same prototype head on the base vectors (no training run), on the
     # same samples, which is what the engine does with examples in the options.
     few_prototype: dict[str, Any] = {"head": "prototype", "lora_rank": 0, "val_fraction": 0.0}
+    contrastive_key = "fewshot_10_contrastive"
+    if args.contrastive_steps not in (0, 30):
+        few_contrastive["contrastive_steps"] = args.contrastive_steps
+        contrastive_key += f"_steps{args.contrastive_steps}"
+    if args.contrastive_per_label not in (None, 2):
+        few_contrastive["contrastive_per_label"] = args.contrastive_per_label
+        contrastive_key += f"_per_label{args.contrastive_per_label}"
     few_sections = {
         "fewshot": ("fewshot_10", "10-shot", few_defaults),
         "fewshot-prototype": ("fewshot_10_prototype", "10-shot prototype", few_prototype),
-        "fewshot-contrastive": ("fewshot_10_contrastive", "10-shot contrastive", few_contrastive),
+        "fewshot-contrastive": (contrastive_key, "10-shot contrastive", few_contrastive),
     }
     for section, (key, label, kw) in few_sections.items():
         if section not in sections:

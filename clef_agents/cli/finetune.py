@@ -17,7 +17,7 @@ EPILOG = """data:
 examples:
   clef-agents finetune train.csv --label-col category --out out/banking77
   clef-agents finetune train.csv --label-col category --examples-per-label 10 \\
-      --head prototype --contrastive-steps 60 --val-fraction 0 --out out/banking77-10shot
+      --head prototype --contrastive-steps 30 --val-fraction 0 --out out/banking77-10shot
   clef-agents finetune tickets.jsonl --questions questions.json --out out/tickets
   clef-agents eval test.csv --label-col category --model out/banking77
 """
@@ -74,7 +74,7 @@ def register(sub: Any) -> None:
         default=None,
         metavar="N",
         help="contrastive stage on the LoRA adapters before the head (default 0; "
-        "60 with --head prototype is the measured few-shot recipe)",
+        "30 with --head prototype is the measured few-shot recipe)",
     )
     p.add_argument("--contrastive-per-label", type=int, default=None, metavar="K")
     p.add_argument("--contrastive-temperature", type=float, default=None)

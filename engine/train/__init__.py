@@ -2,7 +2,7 @@
 
 The few-shot recipe trains the adapters with a contrastive loss instead and fits a
 prototype head on the adapted vectors (``TrainConfig(head="prototype",
-contrastive_steps=60)``).
+contrastive_steps=30)``).
 
 Needs the ``[train]`` extra (``pip install 'clef-agents[train]'``) for LoRA; data loading
 and the losses work without it.

@@ -6,9 +6,9 @@ spirit of SetFit (Tunstall et al. 2022): each step samples ``per_label`` states 
 label of one question (plus the option's own text, which counts as one more state of
 its label), and every state is pulled towards the others of its label and pushed from
 the rest of the batch. A prototype head (:mod:`engine.heads.prototype`) fitted on the
-adapted vectors then separates the labels far better than on the base vectors: on
-BANKING77 with 10 examples per intent, 86.4 % before and 87.3-87.5 % after 60 steps
-(``docs/finetune.md``).
+adapted vectors then separates the labels better than on the base vectors: on BANKING77
+with 10 examples per intent, 85.90 % before and 87.16 % after 30 steps (mean of 3 seeds,
+``docs/finetune.md``).
 
 Example:
     >>> import torch
