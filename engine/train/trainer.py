@@ -72,6 +72,8 @@ TARGETS = (
 MAX_RANK = 256
 CHECKPOINT_DIR = "checkpoint"
 HEADS = ("option_evidence", "prototype")
+CONTRASTIVE_CHUNK = 32
+"""States per backbone forward inside one contrastive step (sorted by length first)."""
 
 
 @dataclass
@@ -361,10 +363,11 @@ class Trainer:
 
     def _lengths(self, data: TrainingSet) -> list[int]:
         """Token count of each state, as :meth:`_forward` truncates it."""
+        return self._token_counts([ex.state for ex in data.examples])
+
+    def _token_counts(self, texts: list[str]) -> list[int]:
         limit = min(self.config.max_length or self.backbone.max_length, self.backbone.max_length)
-        enc = self.backbone.tokenizer(
-            [ex.state for ex in data.examples], truncation=True, max_length=limit
-        )
+        enc = self.backbone.tokenizer(texts, truncation=True, max_length=limit)
         return [len(ids) for ids in enc["input_ids"]]
 
     def fit(self, data: TrainingSet, out: str | Path, *, resume: bool = False) -> TrainResult:
@@ -567,6 +570,7 @@ class Trainer:
                 field="contrastive_steps",
             )
         pools = {q: self._members(train, q) for q in questions}
+        lengths = {q: self._token_counts(pools[q][0]) for q in questions}
         params = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(
             params, lr=cfg.contrastive_lr or cfg.lr, weight_decay=cfg.weight_decay
@@ -581,9 +585,15 @@ class Trainer:
         losses: list[float] = []
         bar = tqdm(range(total), desc="contrastive", disable=not cfg.progress, leave=False)
         for step in bar:
-            texts, members = pools[questions[step % len(questions)]]
+            qid = questions[step % len(questions)]
+            texts, members = pools[qid]
             batch = contrastive_batch(members, cfg.contrastive_per_label, rng)
-            pooled = self._forward([texts[i] for i, _ in batch])[2]
+            # The loss is order-free: encode the step's states in chunks of similar length,
+            # so the forward pads (and keeps activations for) a few tokens, not the longest.
+            batch.sort(key=lambda item: lengths[qid][item[0]])
+            size = CONTRASTIVE_CHUNK
+            chunks = [batch[i : i + size] for i in range(0, len(batch), size)]
+            pooled = torch.cat([self._forward([texts[i] for i, _ in c])[2] for c in chunks])
             labels = torch.tensor([c for _, c in batch], device=self.device)
             loss = supervised_contrastive_loss(pooled, labels, cfg.contrastive_temperature)
             optimizer.zero_grad(set_to_none=True)
