@@ -171,8 +171,8 @@ def save(section: str, payload: Any) -> None:
         "cpu_threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
         "note": "sections were measured at different times; docs/finetune.md says how "
-        "loaded the 2 cores were for each (the few-shot and ablation runs shared them with "
-        "other jobs, so their wall times are pessimistic)",
+        "loaded the 2 cores were for each (the ablations and the frozen-backbone full run "
+        "shared them with other jobs, so their wall times are pessimistic)",
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(current, indent=2) + "\n")
