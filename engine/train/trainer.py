@@ -254,7 +254,7 @@ class Trainer:
             names = data.names(qid)
             vectors = self.backbone.encode(option_texts(question)).pooled.float().cpu()
             if cfg.bank_init == "examples" and str(question.type) != "score":  # type: ignore[attr-defined]
-                vectors = self._centroids(train or data, qid, vectors)
+                vectors = self._centroids(train or data, qid)
             self.fps[qid] = self.head.add_question(str(question.type), names, vectors)  # type: ignore[attr-defined]
         self.head.to(self.device)
         if cfg.lora_rank > 0:
@@ -274,18 +274,13 @@ class Trainer:
         self.model.to(self.device)
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _centroids(self, data: TrainingSet, qid: str, vectors: torch.Tensor) -> torch.Tensor:
+    def _centroids(self, data: TrainingSet, qid: str) -> torch.Tensor:
         """Per option: normalised mean of its text embedding and its states' embeddings."""
-        rows = [(ex.state, ex.labels[qid]) for ex in data.examples if qid in ex.labels]
-        sums = vectors.clone()
-        counts = torch.ones(len(vectors), 1)
-        for start in range(0, len(rows), 256):
-            chunk = rows[start : start + 256]
-            pooled = self.backbone.encode([s for s, _ in chunk]).pooled.float().cpu()
-            labels = torch.tensor([y for _, y in chunk])
-            sums.index_add_(0, labels, pooled)
-            counts.index_add_(0, labels, torch.ones(len(chunk), 1))
-        return torch.nn.functional.normalize(sums / counts, dim=-1)
+        texts, members = self._members(data, qid)  # every option has its text as a member
+        chunks = [texts[i : i + 256] for i in range(0, len(texts), 256)]
+        pooled = torch.cat([self.backbone.encode(c).pooled.float().cpu() for c in chunks])
+        means = torch.stack([pooled[items].mean(dim=0) for items in members])
+        return torch.nn.functional.normalize(means, dim=-1)
 
     def _trainable(self) -> dict[str, torch.nn.Parameter]:
         out = {f"head.{n}": p for n, p in self.head.named_parameters() if p.requires_grad}
