@@ -7,6 +7,9 @@ them into one line and exit code 2; the HTTP server turns them into 4xx response
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -98,3 +101,16 @@ def require(module: str, *, package: str, extra: str, feature: str) -> Any:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingDependencyError(package, extra, feature) from exc
+
+
+@contextlib.contextmanager
+def peft_quietly() -> Iterator[None]:
+    """Wrap peft model construction: peft reads transformers' deprecated
+    ``is_gradient_checkpointing`` while wrapping a model, and transformers 5 answers with a
+    FutureWarning on every call that the user can do nothing about. Only that warning is
+    silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        yield

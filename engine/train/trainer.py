@@ -44,7 +44,7 @@ from engine.backbones import PACKAGED
 from engine.backbones.encoder import EncoderBackbone
 from engine.calibration.fit import fit_calibrator
 from engine.calibration.metrics import expected_calibration_error
-from engine.errors import require
+from engine.errors import peft_quietly, require
 from engine.heads.option_evidence import (
     HEAD_FILE,
     HeadConfig,
@@ -266,7 +266,8 @@ class Trainer:
                 target_modules=cfg.target_modules or _default_targets(self.base_model),
                 bias="none",
             )
-            self.model = peft.get_peft_model(copy.deepcopy(self.base_model), lora)
+            with peft_quietly():
+                self.model = peft.get_peft_model(copy.deepcopy(self.base_model), lora)
         else:
             self.model = self.base_model
             for p in self.model.parameters():

@@ -325,3 +325,13 @@ def test_prototype_heads_for_every_question_of_a_multi_question_set(backbone_dir
     for qid in ("route", "urgency"):
         assert sum(answers[qid].probabilities.values()) == pytest.approx(1.0)
     assert 0.0 <= answers["human"].noul <= 1.0
+
+
+def test_attaching_lora_raises_no_peft_deprecation_warning(backbone_dir) -> None:
+    import warnings
+
+    trainer = Trainer(config(), backbone=str(backbone_dir))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # peft 0.21 + transformers 5 warn here
+        trainer.build(dataset(n=6))
+    assert any("lora_" in n for n, _ in trainer.model.named_parameters())

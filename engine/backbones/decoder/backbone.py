@@ -39,6 +39,7 @@ from engine.errors import (
     InvalidRequestError,
     ModelLoadError,
     UnsupportedQuestionError,
+    peft_quietly,
     require,
 )
 from engine.heads.zero_shot import PreparedQuestion, prepare
@@ -467,7 +468,8 @@ class DecoderBackbone:
             target_modules=target_modules,
             task_type="CAUSAL_LM",
         )
-        self.model = peft.get_peft_model(self.model, config)
+        with peft_quietly():
+            self.model = peft.get_peft_model(self.model, config)
         self._adapter_digest = None
         self._reset_scorer()
         return self.model
@@ -481,7 +483,10 @@ class DecoderBackbone:
         if self.has_adapter:
             raise ValueError("the model already has an adapter")
         try:
-            self.model = peft.PeftModel.from_pretrained(self.model, str(path), is_trainable=False)
+            with peft_quietly():
+                self.model = peft.PeftModel.from_pretrained(
+                    self.model, str(path), is_trainable=False
+                )
         except (OSError, ValueError, KeyError) as exc:
             raise ModelLoadError(f"adapter: cannot load {str(path)!r}: {exc}") from exc
         self.model.eval()
