@@ -79,6 +79,18 @@ def register(sub: Any) -> None:
     p.add_argument("--contrastive-per-label", type=int, default=None, metavar="K")
     p.add_argument("--contrastive-temperature", type=float, default=None)
     p.add_argument("--contrastive-lr", type=float, default=None, help="default: --lr")
+    p.add_argument(
+        "--rdrop-weight",
+        type=float,
+        default=None,
+        help="R-Drop: each batch twice, + this weight x symmetric KL (default 0: off)",
+    )
+    p.add_argument(
+        "--ema-decay",
+        type=float,
+        default=None,
+        help="keep a moving average of the trained weights (e.g. 0.998; default 0: off)",
+    )
     p.add_argument("--no-head", action="store_true", help="cosine scoring only (ablation)")
     p.add_argument(
         "--bank-init",
@@ -134,6 +146,8 @@ _FIELDS = {
     "contrastive_per_label": "contrastive_per_label",
     "contrastive_temperature": "contrastive_temperature",
     "contrastive_lr": "contrastive_lr",
+    "rdrop_weight": "rdrop_weight",
+    "ema_decay": "ema_decay",
     "seed": "seed",
     "device": "device",
 }

@@ -21,7 +21,13 @@ from engine.train.data import (
     sample_per_label,
     split,
 )
-from engine.train.losses import brier, decision_loss, partial_credit, ranked_probability_score
+from engine.train.losses import (
+    brier,
+    decision_loss,
+    partial_credit,
+    ranked_probability_score,
+    symmetric_kl,
+)
 from engine.train.rl import rl_loss
 from engine.train.trainer import TrainConfig, Trainer, TrainResult
 
@@ -43,4 +49,5 @@ __all__ = [
     "sample_per_label",
     "split",
     "supervised_contrastive_loss",
+    "symmetric_kl",
 ]

@@ -57,6 +57,15 @@ def decision_loss(
     return loss
 
 
+def symmetric_kl(logits_a: torch.Tensor, logits_b: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of ``(KL(p_a || p_b) + KL(p_b || p_a)) / 2`` (the R-Drop term)."""
+    log_a = F.log_softmax(logits_a, dim=-1)
+    log_b = F.log_softmax(logits_b, dim=-1)
+    kl_ab = (log_a.exp() * (log_a - log_b)).sum(dim=-1)
+    kl_ba = (log_b.exp() * (log_b - log_a)).sum(dim=-1)
+    return ((kl_ab + kl_ba) / 2).mean()
+
+
 def partial_credit(question_type: str, n: int, similarity: Any = None) -> torch.Tensor:
     """``[n, n]`` credit of answering column ``a`` when the truth is row ``y``.
 

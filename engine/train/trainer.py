@@ -58,7 +58,7 @@ from engine.runtime.adapter import ADAPTER_DIR
 from engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
 from engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
 from engine.train.data import TrainingDataError, TrainingSet, split
-from engine.train.losses import decision_loss, partial_credit
+from engine.train.losses import decision_loss, partial_credit, symmetric_kl
 from engine.train.rl import rl_loss
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,15 @@ class TrainConfig:
     """Per choice question id, an option-similarity matrix in [0, 1] (RL partial credit)."""
     histogram: bool = False
     """Fit histogram binning after the temperature (needs a large validation split)."""
+    rdrop_weight: float = 0.0
+    """R-Drop (Liang et al., 2021): every batch runs through the model twice, with two
+    dropout draws, and the loss adds this weight times the symmetric KL divergence between
+    the two predictions (the supervised loss is averaged over both). Twice the training
+    compute per epoch. 0: off."""
+    ema_decay: float = 0.0
+    """Keep an exponential moving average of the trained weights (LoRA adapters and head),
+    updated after every step with this decay (warmed up as ``min(decay, (1+t)/(10+t))``);
+    validation, the kept epoch and the saved model then use the average. 0: off."""
     seed: int = 0
     device: str | None = None
     progress: bool = True
@@ -169,6 +178,10 @@ class TrainConfig:
                 "the RL stage trains the option-evidence head; head='prototype' "
                 "has none (set rl_epochs=0)"
             )
+        if self.rdrop_weight < 0:
+            raise ValueError(f"rdrop_weight must be non-negative; got {self.rdrop_weight}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1); got {self.ema_decay}")
         if self.bank_init not in ("text", "examples"):
             raise ValueError(f"bank_init must be 'text' or 'examples'; got {self.bank_init!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -218,6 +231,7 @@ class Trainer:
         backbone: str | Path | EncoderBackbone | None = None,
     ) -> None:
         self.config = config or TrainConfig()
+        self._ema: dict[str, torch.Tensor] | None = None  # ema_decay's average, during fit
         self.config.check()
         self._backbone_arg = backbone
 
@@ -398,11 +412,14 @@ class Trainer:
         best: dict[str, Any] = {"score": -math.inf, "epoch": 0, "state": None}
         start_epoch = 0
         checkpoint = out / CHECKPOINT_DIR
+        self._ema = None
         if resume and (checkpoint / "meta.json").is_file():
             # The checkpointed adapters already went through the contrastive stage.
             start_epoch, history, best = self._load_checkpoint(checkpoint, optimizer, scheduler)
         elif cfg.contrastive_steps > 0:
             history.append(self.contrast(train))
+        if cfg.ema_decay > 0 and self._ema is None:
+            self._ema = self._state()
         bad_epochs = sum(1 for h in history if h.get("epoch", 0) > best["epoch"])
         from tqdm.auto import tqdm
 
@@ -424,6 +441,8 @@ class Trainer:
                 leave=False,
             )
             for n, batch in enumerate(bar, start=1):
+                if cfg.rdrop_weight > 0:  # each state twice in one forward: two dropout draws
+                    batch = batch + batch
                 tokens, mask, pooled = self.features([train.examples[i].state for i in batch])
                 loss = torch.zeros((), device=self.device)
                 for qid, logits, target in self._question_logits(
@@ -438,15 +457,24 @@ class Trainer:
                         brier_weight=cfg.brier_weight,
                         ordinal_weight=cfg.ordinal_weight,
                     )
+                    if cfg.rdrop_weight > 0:  # rows: the first copies, then the second
+                        half = len(target) // 2
+                        part = part + cfg.rdrop_weight * symmetric_kl(logits[:half], logits[half:])
                     loss = loss + part * (len(target) / len(batch))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
                 optimizer.step()
                 scheduler.step()
+                if self._ema is not None:
+                    self._average(params, scheduler.last_epoch)
                 running += float(loss.detach())
                 bar.set_postfix(loss=f"{running / n:.4f}")
             record = {"epoch": epoch + 1, "train_loss": running / max(1, steps_per_epoch)}
+            current = None
+            if self._ema is not None:  # validate (and keep) the average, train on the weights
+                current = self._state()
+                self._restore(self._ema)
             tolerance = 0.0
             if val.examples:
                 metrics = self.evaluate(val)[0]
@@ -468,6 +496,8 @@ class Trainer:
                 bad_epochs = 0
             else:
                 bad_epochs += 1
+            if current is not None:
+                self._restore(current)
             self._save_checkpoint(checkpoint, epoch + 1, history, best, optimizer, scheduler)
 
         if best["state"] is not None:
@@ -709,6 +739,14 @@ class Trainer:
     def _state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self._trainable().items()}
 
+    @torch.no_grad()
+    def _average(self, params: dict[str, torch.nn.Parameter], step: int) -> None:
+        """One update of the moving average of the trained weights (``ema_decay``)."""
+        assert self._ema is not None
+        decay = min(self.config.ema_decay, (1 + step) / (10 + step))
+        for n, p in params.items():
+            self._ema[n].lerp_(p.detach(), 1.0 - decay)
+
     def _restore(self, state: dict[str, torch.Tensor]) -> None:
         params = self._trainable()
         with torch.no_grad():
@@ -731,6 +769,7 @@ class Trainer:
         tensors.update(
             {f"best.{n}": v.cpu().contiguous() for n, v in (best["state"] or {}).items()}
         )
+        tensors.update({f"ema.{n}": v.cpu().contiguous() for n, v in (self._ema or {}).items()})
         opt = optimizer.state_dict()
         for idx, slots in opt["state"].items():
             for k, v in slots.items():
@@ -758,6 +797,10 @@ class Trainer:
             {k[len("current.") :]: v for k, v in tensors.items() if k.startswith("current.")}
         )
         best_state = {k[len("best.") :]: v for k, v in tensors.items() if k.startswith("best.")}
+        params = self._trainable()
+        ema = {k[len("ema.") :]: v for k, v in tensors.items() if k.startswith("ema.")}
+        if ema:
+            self._ema = {n: v.to(params[n].device) for n, v in ema.items()}
         state: dict[int, dict[str, torch.Tensor]] = {}
         for k, v in tensors.items():
             if k.startswith("opt."):

@@ -157,3 +157,19 @@ def test_finetune_few_shot_recipe_flags(tiny_dir, tmp_path, capsys) -> None:
     code = main([*args, "--contrastive-steps", "4", "--lora-rank", "0"])
     assert code == 2
     assert "needs lora_rank > 0" in capsys.readouterr().err
+
+
+def test_finetune_rdrop_and_ema_flags(tiny_dir, tmp_path, capsys) -> None:
+    train, out = tmp_path / "train.csv", tmp_path / "model"
+    write_csv(train, 18, seed=0)
+    args = ["finetune", str(train), "--out", str(out), "--backbone", str(tiny_dir)]
+    args += ["--label-col", "intent", "--lora-rank", "2", "--quiet", "--device", "cpu"]
+    code = main([*args, "--epochs", "1", "--rdrop-weight", "0.5", "--ema-decay", "0.9"])
+    assert code == 0
+    report = json.loads((out / "training.json").read_text())
+    assert report["config"]["rdrop_weight"] == 0.5
+    assert report["config"]["ema_decay"] == 0.9
+    capsys.readouterr()
+    code = main([*args, "--ema-decay", "1.5"])
+    assert code == 2
+    assert "ema_decay must be in [0, 1); got 1.5" in capsys.readouterr().err

@@ -327,6 +327,114 @@ def test_prototype_heads_for_every_question_of_a_multi_question_set(backbone_dir
     assert 0.0 <= answers["human"].noul <= 1.0
 
 
+def test_ema_keeps_the_moving_average_of_the_trained_weights(backbone_dir, tmp_path, monkeypatch):
+    decay = 0.6
+    seen: list[dict[str, torch.Tensor]] = []
+    start: dict[str, torch.Tensor] = {}
+    original = Trainer._average
+
+    def spy(self, params, step):
+        if not start:
+            start.update({n: v.clone() for n, v in self._ema.items()})
+        seen.append({n: p.detach().clone() for n, p in params.items()})
+        return original(self, params, step)
+
+    monkeypatch.setattr(Trainer, "_average", spy)
+    cfg = config(epochs=1, val_fraction=0.0, ema_decay=decay)
+    trainer = Trainer(cfg, backbone=str(backbone_dir))
+    trainer.fit(dataset(n=24), tmp_path)
+    assert len(seen) == 3  # 24 states, batches of 8: one update per optimizer step
+    expected = dict(start)
+    for t, weights in enumerate(seen, start=1):
+        d = min(decay, (1 + t) / (10 + t))
+        expected = {n: d * expected[n] + (1 - d) * weights[n] for n in expected}
+    kept = {n: p.detach() for n, p in trainer._trainable().items()}
+    assert set(kept) == set(expected) and any(n.startswith("lora.") for n in kept)
+    for n in kept:
+        assert torch.allclose(kept[n], expected[n], atol=1e-6), n
+    # The model kept the average, not the last weights of the run.
+    assert any(not torch.allclose(kept[n], seen[-1][n], atol=1e-4) for n in kept)
+    engine = DecisionEngine.from_pretrained(tmp_path, device="cpu")
+    probs = engine.decide("refund", {"r": QUESTIONS["route"]}).answers["r"].probabilities
+    assert sum(probs.values()) == pytest.approx(1.0)
+
+
+def test_ema_resumes_from_the_checkpointed_average(backbone_dir, tmp_path, monkeypatch) -> None:
+    data = dataset(n=12)
+    calls = {"n": 0}
+    original = Trainer.evaluate
+
+    def flaky(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "evaluate", flaky)
+    cfg = config(epochs=2, ema_decay=0.5)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(cfg, backbone=str(backbone_dir)).fit(data, tmp_path)
+    from safetensors.torch import load_file
+
+    saved = load_file(str(tmp_path / "checkpoint" / "state.safetensors"))
+    averaged = {k[len("ema.") :]: v for k, v in saved.items() if k.startswith("ema.")}
+    assert averaged and set(averaged) == {
+        k[len("current.") :] for k in saved if k.startswith("current.")
+    }
+    monkeypatch.setattr(Trainer, "evaluate", original)
+    resumed = Trainer(cfg, backbone=str(backbone_dir))
+    loaded: dict[str, torch.Tensor] = {}
+    real_average = Trainer._average
+
+    def first(self, params, step):
+        if not loaded:
+            loaded.update({n: v.clone() for n, v in self._ema.items()})
+        return real_average(self, params, step)
+
+    monkeypatch.setattr(Trainer, "_average", first)
+    result = resumed.fit(data, tmp_path, resume=True)
+    assert [h["epoch"] for h in result.history] == [1, 2]
+    for n, v in averaged.items():  # epoch 2 started from the checkpointed average
+        assert torch.equal(loaded[n].cpu(), v), n
+
+
+def test_rdrop_runs_each_state_twice_and_adds_the_kl_term(backbone_dir, tmp_path, monkeypatch):
+    import engine.train.trainer as trainer_module
+
+    batches: list[list[str]] = []
+    kl_terms: list[float] = []
+    features, kl = Trainer.features, trainer_module.symmetric_kl
+
+    def seen_features(self, texts):
+        batches.append(list(texts))
+        return features(self, texts)
+
+    def seen_kl(a, b):
+        value = kl(a, b)
+        kl_terms.append(float(value.detach()))
+        return value
+
+    monkeypatch.setattr(Trainer, "features", seen_features)
+    monkeypatch.setattr(trainer_module, "symmetric_kl", seen_kl)
+    cfg = config(epochs=1, val_fraction=0.0, rdrop_weight=1.0)
+    result = Trainer(cfg, backbone=str(backbone_dir)).fit(dataset(n=16), tmp_path)
+    training = [b for b in batches if len(b) == 16]  # 2 batches of 8 states, each doubled
+    assert len(training) == 2
+    for texts in training:
+        assert texts[:8] == texts[8:]
+    # One KL term per question and step, in question order. Two dropout draws make the
+    # route question's positive (the tiny vocabulary gives yes/no the same vector at first,
+    # so that question's two predictions can both be uniform).
+    assert len(kl_terms) == 2 * len(QUESTIONS)
+    assert all(t >= 0 for t in kl_terms)
+    assert all(t > 1e-4 for t in kl_terms[:: len(QUESTIONS)]), kl_terms
+    assert result.history[0]["train_loss"] > 0
+    with pytest.raises(ValueError, match="rdrop_weight must be non-negative; got -1"):
+        TrainConfig(rdrop_weight=-1).check()
+    with pytest.raises(ValueError, match=r"ema_decay must be in \[0, 1\); got 1.0"):
+        TrainConfig(ema_decay=1.0).check()
+
+
 def test_attaching_lora_raises_no_peft_deprecation_warning(backbone_dir) -> None:
     import warnings
 

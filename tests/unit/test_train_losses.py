@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from engine.train.contrastive import MAX_BATCH, contrastive_batch, supervised_contrastive_loss
-from engine.train.losses import brier, decision_loss, partial_credit, ranked_probability_score
+from engine.train.losses import (
+    brier,
+    decision_loss,
+    partial_credit,
+    ranked_probability_score,
+    symmetric_kl,
+)
 from engine.train.rl import rl_loss
 
 
@@ -132,3 +138,18 @@ def test_contrastive_batch_samples_every_label() -> None:
     big = contrastive_batch(many, 2, random.Random(0))
     assert len(big) == MAX_BATCH
     assert all(sum(1 for _, c in big if c == label) == 2 for label in {c for _, c in big})
+
+
+def test_symmetric_kl_hand_computed() -> None:
+    # p = (1/2, 1/2), q = (3/4, 1/4): KL(p||q) = 0.143841, KL(q||p) = 0.130812.
+    a = torch.tensor([[0.0, 0.0]])
+    b = torch.tensor([[math.log(3.0), 0.0]])
+    expected = (0.5 * math.log(0.5 / 0.75) + 0.5 * math.log(0.5 / 0.25)) / 2 + (
+        0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
+    ) / 2
+    assert float(symmetric_kl(a, b)) == pytest.approx(expected, abs=1e-6)
+    assert float(symmetric_kl(b, a)) == pytest.approx(expected, abs=1e-6)
+    assert float(symmetric_kl(b, b + 5.0)) == pytest.approx(0.0, abs=1e-6)  # shift-invariant
+    # Mean over rows.
+    rows = symmetric_kl(torch.cat([a, a]), torch.cat([b, a]))
+    assert float(rows) == pytest.approx(expected / 2, abs=1e-6)
