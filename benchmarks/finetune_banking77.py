@@ -15,6 +15,8 @@ Usage::
     python benchmarks/finetune_banking77.py --only full            # LoRA + head, all data
     python benchmarks/finetune_banking77.py --only full --seed 1   # another seed: "full_seed1"
     python benchmarks/finetune_banking77.py --only full --contrastive-steps 60  # + that stage
+    python benchmarks/finetune_banking77.py --only full --ema-decay 0.998  # weight average
+    python benchmarks/finetune_banking77.py --only full --rdrop-weight 1   # R-Drop
     python benchmarks/finetune_banking77.py --only full-head-only  # frozen backbone, cached
     python benchmarks/finetune_banking77.py --quick            # small slices, a smoke run
 
@@ -210,6 +212,18 @@ def main() -> None:
         default=None,
         help="fewshot-contrastive: states per label in a step (not 2: own section)",
     )
+    parser.add_argument(
+        "--ema-decay",
+        type=float,
+        default=0.0,
+        help="full-set runs: keep a moving average of the weights (own section full_emaD)",
+    )
+    parser.add_argument(
+        "--rdrop-weight",
+        type=float,
+        default=0.0,
+        help="full-set runs: R-Drop with this weight (own section full_rdropW)",
+    )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--variants", default=None, help="ablations to run (comma-separated)")
@@ -326,6 +340,14 @@ def main() -> None:
             if args.contrastive_steps:
                 name = f"{name}_contrastive{args.contrastive_steps}"
                 kw = {**kw, "contrastive_steps": args.contrastive_steps}
+            if args.epochs:
+                name = f"{name}_epochs{args.epochs}"
+            if args.rdrop_weight:
+                name = f"{name}_rdrop{args.rdrop_weight:g}"
+                kw = {**kw, "rdrop_weight": args.rdrop_weight}
+            if args.ema_decay:
+                name = f"{name}_ema{args.ema_decay:g}"
+                kw = {**kw, "ema_decay": args.ema_decay}
             if args.seed:
                 name, kw = f"{name}_seed{args.seed}", {**kw, "seed": args.seed}
             save(name, run(name, data, test, config(**kw), int8=not args.no_int8))
