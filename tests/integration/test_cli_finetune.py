@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -140,11 +141,17 @@ def test_calibrate_refuses_to_overwrite_a_bare_hf_dir(tiny_dir, tmp_path, capsys
     assert json.loads((tmp_path / "cal" / "config.json").read_text())["format"] == "clef-agents"
 
 
-def test_finetune_few_shot_recipe_flags(tiny_dir, tmp_path, capsys) -> None:
+def small_finetune(tiny_dir, tmp_path) -> tuple[Path, list[str]]:
+    """18 labelled rows and the ``finetune`` arguments of a quick LoRA run on them."""
     train, out = tmp_path / "train.csv", tmp_path / "model"
     write_csv(train, 18, seed=0)
     args = ["finetune", str(train), "--out", str(out), "--backbone", str(tiny_dir)]
     args += ["--label-col", "intent", "--lora-rank", "2", "--quiet", "--device", "cpu"]
+    return out, args
+
+
+def test_finetune_few_shot_recipe_flags(tiny_dir, tmp_path, capsys) -> None:
+    out, args = small_finetune(tiny_dir, tmp_path)
     code = main([*args, "--head", "prototype", "--contrastive-steps", "4", "--val-fraction", "0"])
     assert code == 0
     assert json.loads(capsys.readouterr().out)["best_epoch"] == 0  # no head epochs
@@ -160,10 +167,7 @@ def test_finetune_few_shot_recipe_flags(tiny_dir, tmp_path, capsys) -> None:
 
 
 def test_finetune_rdrop_and_ema_flags(tiny_dir, tmp_path, capsys) -> None:
-    train, out = tmp_path / "train.csv", tmp_path / "model"
-    write_csv(train, 18, seed=0)
-    args = ["finetune", str(train), "--out", str(out), "--backbone", str(tiny_dir)]
-    args += ["--label-col", "intent", "--lora-rank", "2", "--quiet", "--device", "cpu"]
+    out, args = small_finetune(tiny_dir, tmp_path)
     code = main([*args, "--epochs", "1", "--rdrop-weight", "0.5", "--ema-decay", "0.9"])
     assert code == 0
     report = json.loads((out / "training.json").read_text())

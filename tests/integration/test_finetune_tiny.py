@@ -165,8 +165,8 @@ def test_int8_loads_and_answers(trained) -> None:
     assert sum(probs.values()) == pytest.approx(1.0)
 
 
-def test_resume_continues_from_the_last_checkpoint(backbone_dir, tmp_path, monkeypatch) -> None:
-    data = dataset(n=12)
+def interrupt_at_second_evaluation(monkeypatch):
+    """Make the 2nd ``Trainer.evaluate`` call (epoch 2's) raise; returns the real method."""
     calls = {"n": 0}
     original = Trainer.evaluate
 
@@ -177,6 +177,12 @@ def test_resume_continues_from_the_last_checkpoint(backbone_dir, tmp_path, monke
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "evaluate", flaky)
+    return original
+
+
+def test_resume_continues_from_the_last_checkpoint(backbone_dir, tmp_path, monkeypatch) -> None:
+    data = dataset(n=12)
+    original = interrupt_at_second_evaluation(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         Trainer(config(epochs=2), backbone=str(backbone_dir)).fit(data, tmp_path)
     meta = json.loads((tmp_path / "checkpoint" / "meta.json").read_text())
@@ -361,16 +367,7 @@ def test_ema_keeps_the_moving_average_of_the_trained_weights(backbone_dir, tmp_p
 
 def test_ema_resumes_from_the_checkpointed_average(backbone_dir, tmp_path, monkeypatch) -> None:
     data = dataset(n=12)
-    calls = {"n": 0}
-    original = Trainer.evaluate
-
-    def flaky(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Trainer, "evaluate", flaky)
+    original = interrupt_at_second_evaluation(monkeypatch)
     cfg = config(epochs=2, ema_decay=0.5)
     with pytest.raises(KeyboardInterrupt):
         Trainer(cfg, backbone=str(backbone_dir)).fit(data, tmp_path)
