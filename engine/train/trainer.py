@@ -178,6 +178,11 @@ class TrainConfig:
                 "the RL stage trains the option-evidence head; head='prototype' "
                 "has none (set rl_epochs=0)"
             )
+        if self.head == "prototype" and (self.rdrop_weight > 0 or self.ema_decay > 0):
+            raise ValueError(
+                "rdrop_weight and ema_decay act on the option-evidence epochs; "
+                "head='prototype' runs none (set them to 0)"
+            )
         if self.rdrop_weight < 0:
             raise ValueError(f"rdrop_weight must be non-negative; got {self.rdrop_weight}")
         if not 0.0 <= self.ema_decay < 1.0:
@@ -799,7 +804,7 @@ class Trainer:
         best_state = {k[len("best.") :]: v for k, v in tensors.items() if k.startswith("best.")}
         params = self._trainable()
         ema = {k[len("ema.") :]: v for k, v in tensors.items() if k.startswith("ema.")}
-        if ema:
+        if ema and self.config.ema_decay > 0:  # a run resumed with the average off drops it
             self._ema = {n: v.to(params[n].device) for n, v in ema.items()}
         state: dict[int, dict[str, torch.Tensor]] = {}
         for k, v in tensors.items():

@@ -430,6 +430,8 @@ def test_rdrop_runs_each_state_twice_and_adds_the_kl_term(backbone_dir, tmp_path
         TrainConfig(rdrop_weight=-1).check()
     with pytest.raises(ValueError, match=r"ema_decay must be in \[0, 1\); got 1.0"):
         TrainConfig(ema_decay=1.0).check()
+    with pytest.raises(ValueError, match="head='prototype' runs none"):
+        TrainConfig(head="prototype", contrastive_steps=5, ema_decay=0.9).check()
 
 
 def test_attaching_lora_raises_no_peft_deprecation_warning(backbone_dir) -> None:
