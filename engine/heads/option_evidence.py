@@ -165,22 +165,25 @@ class OptionEvidenceHead(nn.Module):
         if fp not in self.prototype_weight:
             return None
         weight, bias = self.prototype_weight[fp], self.prototype_bias[fp]
-        stored = self.bank_names[fp]
-        if stored != list(names):  # same set, asked in another order
-            order = [stored.index(name) for name in names]
+        order = self._order(fp, names)
+        if order is not None:
             weight, bias = weight[order], bias[order]
         return pooled.to(weight.dtype) @ weight.T + bias
+
+    def _order(self, fp: str, names: Sequence[str]) -> list[int] | None:
+        """Stored rows of a trained question asked in another order (``None``: same order)."""
+        stored = self.bank_names[fp]
+        if stored == list(names):
+            return None
+        return [stored.index(name) for name in names]  # same set (the fingerprint says so)
 
     def option_vectors(
         self, question_type: str, names: Sequence[str], text_vectors: torch.Tensor | None
     ) -> torch.Tensor:
         fp = fingerprint(question_type, names)
         if fp in self.bank:
-            stored = self.bank_names[fp]
-            if stored == list(names):
-                return self.bank[fp]
-            order = [stored.index(name) for name in names]  # same set, asked in another order
-            return self.bank[fp][order]
+            order = self._order(fp, names)
+            return self.bank[fp] if order is None else self.bank[fp][order]
         if text_vectors is None:
             raise KeyError(f"the head was not trained on question {fp} and no vectors were given")
         return text_vectors

@@ -798,12 +798,14 @@ class Trainer:
 
         meta = json.loads((directory / "meta.json").read_text())
         tensors = load_file(str(directory / "state.safetensors"))
-        self._restore(
-            {k[len("current.") :]: v for k, v in tensors.items() if k.startswith("current.")}
-        )
-        best_state = {k[len("best.") :]: v for k, v in tensors.items() if k.startswith("best.")}
+
+        def prefixed(prefix: str) -> dict[str, torch.Tensor]:
+            return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+        self._restore(prefixed("current."))
+        best_state = prefixed("best.")
         params = self._trainable()
-        ema = {k[len("ema.") :]: v for k, v in tensors.items() if k.startswith("ema.")}
+        ema = prefixed("ema.")
         if ema and self.config.ema_decay > 0:  # a run resumed with the average off drops it
             self._ema = {n: v.to(params[n].device) for n, v in ema.items()}
         state: dict[int, dict[str, torch.Tensor]] = {}
