@@ -334,20 +334,22 @@ def main() -> None:
         # 5 of the 6 full-set runs that fitted them (docs/finetune.md), even after the check.
         "full": ("full", {}),
     }
+    variant_tags = {
+        "contrastive_steps": "contrastive",
+        "epochs": "epochs",
+        "rdrop_weight": "rdrop",
+        "ema_decay": "ema",
+    }
     for section, (name, kw) in full_runs.items():
         if section in sections:
             data = sample_per_label(train, 5, seed=0) if args.quick else train
-            if args.contrastive_steps:
-                name = f"{name}_contrastive{args.contrastive_steps}"
-                kw = {**kw, "contrastive_steps": args.contrastive_steps}
-            if args.epochs:
-                name = f"{name}_epochs{args.epochs}"
-            if args.rdrop_weight:
-                name = f"{name}_rdrop{args.rdrop_weight:g}"
-                kw = {**kw, "rdrop_weight": args.rdrop_weight}
-            if args.ema_decay:
-                name = f"{name}_ema{args.ema_decay:g}"
-                kw = {**kw, "ema_decay": args.ema_decay}
+            # A variant of the recipe gets its own section: full_contrastive60, full_ema0.998...
+            for flag, tag in variant_tags.items():
+                value = getattr(args, flag)
+                if value:
+                    name = f"{name}_{tag}{value:g}"
+                    if flag != "epochs":  # config() applies --epochs to every run
+                        kw = {**kw, flag: value}
             if args.seed:
                 name, kw = f"{name}_seed{args.seed}", {**kw, "seed": args.seed}
             save(name, run(name, data, test, config(**kw), int8=not args.no_int8))

@@ -125,32 +125,33 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-_FIELDS = {
-    "epochs": "epochs",
-    "batch_size": "batch_size",
-    "lr": "lr",
-    "head_lr": "head_lr",
-    "lora_rank": "lora_rank",
-    "lora_alpha": "lora_alpha",
-    "lora_dropout": "lora_dropout",
-    "label_smoothing": "label_smoothing",
-    "brier_weight": "brier_weight",
-    "ordinal_weight": "ordinal_weight",
-    "val_fraction": "val_fraction",
-    "patience": "patience",
-    "rl_epochs": "rl_epochs",
-    "rl_kl": "rl_kl",
-    "bank_init": "bank_init",
-    "head": "head",
-    "contrastive_steps": "contrastive_steps",
-    "contrastive_per_label": "contrastive_per_label",
-    "contrastive_temperature": "contrastive_temperature",
-    "contrastive_lr": "contrastive_lr",
-    "rdrop_weight": "rdrop_weight",
-    "ema_decay": "ema_decay",
-    "seed": "seed",
-    "device": "device",
-}
+_FIELDS = (
+    "epochs",
+    "batch_size",
+    "lr",
+    "head_lr",
+    "lora_rank",
+    "lora_alpha",
+    "lora_dropout",
+    "label_smoothing",
+    "brier_weight",
+    "ordinal_weight",
+    "val_fraction",
+    "patience",
+    "rl_epochs",
+    "rl_kl",
+    "bank_init",
+    "head",
+    "contrastive_steps",
+    "contrastive_per_label",
+    "contrastive_temperature",
+    "contrastive_lr",
+    "rdrop_weight",
+    "ema_decay",
+    "seed",
+    "device",
+)
+"""Flags passed to :class:`TrainConfig` under the same name when given."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -172,9 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if args.examples_per_label is not None:
         data = sample_per_label(data, args.examples_per_label, seed=args.seed or 0)
     kwargs: dict[str, Any] = {
-        field: getattr(args, attr)
-        for attr, field in _FIELDS.items()
-        if getattr(args, attr) is not None
+        field: getattr(args, field) for field in _FIELDS if getattr(args, field) is not None
     }
     if args.target_modules:
         kwargs["target_modules"] = [t.strip() for t in args.target_modules.split(",") if t.strip()]
