@@ -2,7 +2,10 @@
 
 Inference merges ``W += scaling * B @ A`` into each targeted linear layer once at load
 time, so a fine-tuned engine runs exactly as fast as the base model (and int8 dynamic
-quantization applies to the merged weights). Training writes the adapter with peft
+quantization applies to the merged weights). A DoRA adapter (``use_dora``, Liu et al.
+2024) also carries a magnitude ``m`` per output feature: the merged weight is then
+``m * V / ||V||`` with ``V = W + scaling * B @ A`` and the norm taken over each output
+row, as peft merges it. Training writes the adapter with peft
 (``engine.train``); only that package's standard files are read here:
 ``adapter_config.json`` and ``adapter_model.safetensors``.
 """
@@ -40,6 +43,7 @@ def merge_lora(model: torch.nn.Module, directory: Path) -> int:
     alpha = float(config.get("lora_alpha", rank))
     scaling = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
     fan_in_fan_out = bool(config.get("fan_in_fan_out", False))
+    dora = bool(config.get("use_dora", False))
     weights = load_file(str(weights_path))
     modules = dict(model.named_modules())
     merged = 0
@@ -63,7 +67,19 @@ def merge_lora(model: torch.nn.Module, directory: Path) -> int:
                 f"{weights_path}: {path} has shape {tuple(layer.weight.shape)}, adapter "
                 f"{tuple(delta.shape)}"
             )
-        layer.weight += delta.to(layer.weight.device, layer.weight.dtype)
+        if dora:
+            magnitude = weights.get(f"{name[: -len('.lora_A.weight')]}.lora_magnitude_vector")
+            if magnitude is None or magnitude.numel() != layer.weight.shape[0]:
+                raise ModelLoadError(
+                    f"{weights_path}: DoRA adapter (use_dora) without a magnitude vector of "
+                    f"{layer.weight.shape[0]} values for {path}"
+                )
+            direction = layer.weight.float() + delta.to(layer.weight.device)
+            norm = direction.norm(p=2, dim=1, keepdim=True)
+            scaled = direction * (magnitude.float().to(norm.device).view(-1, 1) / norm)
+            layer.weight.copy_(scaled.to(layer.weight.dtype))
+        else:
+            layer.weight += delta.to(layer.weight.device, layer.weight.dtype)
         merged += 1
     if merged == 0:
         raise ModelLoadError(f"{weights_path}: no LoRA weights found")
