@@ -91,6 +91,27 @@ def register(sub: Any) -> None:
         default=None,
         help="keep a moving average of the trained weights (e.g. 0.998; default 0: off)",
     )
+    p.add_argument(
+        "--dora",
+        dest="use_dora",
+        action="store_true",
+        default=None,
+        help="DoRA: LoRA on the direction of each weight plus a trained magnitude",
+    )
+    p.add_argument(
+        "--lora-plus-ratio",
+        type=float,
+        default=None,
+        metavar="R",
+        help="LoRA+: the adapters' B matrices learn R times faster than --lr (default 1)",
+    )
+    p.add_argument(
+        "--refit",
+        action="store_true",
+        default=None,
+        help="after choosing the epoch and calibration on the validation split, train again "
+        "on all the data for that many epochs (about twice the time)",
+    )
     p.add_argument("--no-head", action="store_true", help="cosine scoring only (ablation)")
     p.add_argument(
         "--bank-init",
@@ -133,6 +154,8 @@ _FIELDS = (
     "lora_rank",
     "lora_alpha",
     "lora_dropout",
+    "lora_plus_ratio",
+    "use_dora",
     "label_smoothing",
     "brier_weight",
     "ordinal_weight",
@@ -148,6 +171,7 @@ _FIELDS = (
     "contrastive_lr",
     "rdrop_weight",
     "ema_decay",
+    "refit",
     "seed",
     "device",
 )

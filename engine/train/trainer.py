@@ -44,6 +44,7 @@ from engine.backbones import PACKAGED
 from engine.backbones.encoder import EncoderBackbone
 from engine.calibration.fit import fit_calibrator
 from engine.calibration.metrics import expected_calibration_error
+from engine.calibration.temperature import Calibrator
 from engine.errors import peft_quietly, require
 from engine.heads.option_evidence import (
     HEAD_FILE,
@@ -71,6 +72,8 @@ TARGETS = (
 )
 MAX_RANK = 256
 CHECKPOINT_DIR = "checkpoint"
+SELECTION_FILE = "selection.json"
+"""With ``refit``: the selection run's history, kept epoch and calibration, for ``--resume``."""
 HEADS = ("option_evidence", "prototype")
 CONTRASTIVE_CHUNK = 32
 """States per backbone forward inside one contrastive step (sorted by length first)."""
@@ -93,6 +96,12 @@ class TrainConfig:
     lora_alpha: float | None = None
     """Default: ``2 * lora_rank``."""
     lora_dropout: float = 0.1
+    use_dora: bool = False
+    """DoRA (Liu et al., 2024): each adapted weight is split into a magnitude per output
+    feature (trained) and a direction that LoRA adapts; merged at load time like LoRA."""
+    lora_plus_ratio: float = 1.0
+    """LoRA+ (Hayou et al., 2024): the learning rate of the adapters' B matrices is ``lr``
+    times this (the A matrices keep ``lr``). 1: plain LoRA."""
     target_modules: list[str] | None = None
     """Default: the attention and MLP projections of the backbone's architecture."""
     label_smoothing: float = 0.1
@@ -146,6 +155,12 @@ class TrainConfig:
     """Keep an exponential moving average of the trained weights (LoRA adapters and head),
     updated after every step with this decay (warmed up as ``min(decay, (1+t)/(10+t))``);
     validation, the kept epoch and the saved model then use the average. 0: off."""
+    refit: bool = False
+    """After the run has chosen its epoch and fitted its calibration on the validation
+    split, train again from the same start on all the data, that split included, for the
+    chosen number of epochs, and save that model with that calibration (sklearn's
+    ``refit``). About twice the training time; the model sees ``1/(1-val_fraction)`` times
+    the states. Needs ``val_fraction > 0`` and the option-evidence head."""
     seed: int = 0
     device: str | None = None
     progress: bool = True
@@ -183,6 +198,20 @@ class TrainConfig:
                 "rdrop_weight and ema_decay act on the option-evidence epochs; "
                 "head='prototype' runs none (set them to 0)"
             )
+        if self.refit and self.val_fraction == 0:
+            raise ValueError(
+                "refit trains again on the validation split after choosing on it; "
+                "it needs val_fraction > 0"
+            )
+        if self.refit and (self.head == "prototype" or self.rl_epochs > 0):
+            raise ValueError(
+                "refit repeats the option-evidence epochs; it does not support "
+                "head='prototype' or the RL stage (rl_epochs > 0)"
+            )
+        if self.use_dora and self.lora_rank == 0:
+            raise ValueError("use_dora adapts the backbone; it needs lora_rank > 0")
+        if self.lora_plus_ratio <= 0:
+            raise ValueError(f"lora_plus_ratio must be positive; got {self.lora_plus_ratio}")
         if self.rdrop_weight < 0:
             raise ValueError(f"rdrop_weight must be non-negative; got {self.rdrop_weight}")
         if not 0.0 <= self.ema_decay < 1.0:
@@ -284,6 +313,7 @@ class Trainer:
                 lora_dropout=cfg.lora_dropout,
                 target_modules=cfg.target_modules or _default_targets(self.base_model),
                 bias="none",
+                use_dora=cfg.use_dora,
             )
             with peft_quietly():
                 self.model = peft.get_peft_model(copy.deepcopy(self.base_model), lora)
@@ -394,17 +424,108 @@ class Trainer:
         if len(data) == 0:
             raise TrainingDataError("no training examples", field="data")
         train, val = split(data, cfg.val_fraction, seed=cfg.seed)
-        self.build(data, train)
+        checkpoint = out / CHECKPOINT_DIR
+        selection = checkpoint / SELECTION_FILE
+        validation: dict[str, float] = {}
+        calibration: Calibrator | None = None
+        if resume and cfg.refit and selection.is_file():  # the selection run had finished
+            chosen = json.loads(selection.read_text())
+            history, kept = chosen["history"], int(chosen["best_epoch"])
+            validation = chosen["validation"]
+            calibration = (
+                Calibrator.from_dict(chosen["calibration"]) if chosen["calibration"] else None
+            )
+        else:
+            self.build(data, train)
+            epochs = cfg.epochs if cfg.head == "option_evidence" else 0
+            history, best = self._supervised(train, val, epochs, checkpoint, resume)
+            kept = best["epoch"]
+            if best["state"] is not None:
+                self._restore(best["state"])
+            if cfg.head == "prototype":
+                self.fit_prototypes(train)
+            if cfg.rl_epochs > 0:
+                rl_history = self.reinforce(train, val)
+                history.extend(rl_history)
+            if val.examples:
+                metrics, val_logits, labels, types = self.evaluate(val)
+                calibration = fit_calibrator(
+                    val_logits,
+                    labels,
+                    types,
+                    histogram=cfg.histogram,
+                    source=f"validation split ({len(val)} states) of "
+                    f"{data.source or 'training data'}"
+                    + (", model before the refit" if cfg.refit else ""),
+                )
+                validation = dict(metrics)
+                validation["ece_calibrated"] = _ece_after(calibration, val_logits, labels, types)
+            if cfg.refit:
+                chosen = {
+                    "history": history,
+                    "best_epoch": kept,
+                    "validation": validation,
+                    "calibration": calibration.to_dict() if calibration is not None else None,
+                }
+                checkpoint.mkdir(parents=True, exist_ok=True)
+                selection.write_text(json.dumps(chosen, indent=1, default=str))
+        if cfg.refit:
+            # Selection is done: train again from the same start on every state, validation
+            # split included, for the kept number of epochs; keep the last weights and the
+            # calibration fitted on the held-out split (the refit model has none left).
+            self.build(data, data)
+            refit_history, _ = self._supervised(
+                data, data.subset([]), kept, checkpoint / "refit", resume, "refit "
+            )
+            if self._ema is not None:
+                self._restore(self._ema)
+            history = history + [{**h, "refit": 1.0} for h in refit_history]
+        self._write(
+            out,
+            data,
+            calibration,
+            history,
+            kept,
+            validation,
+            time.perf_counter() - started,
+        )
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        return TrainResult(out, history, kept, validation, time.perf_counter() - started)
+
+    def _supervised(
+        self,
+        train: TrainingSet,
+        val: TrainingSet,
+        epochs: int,
+        checkpoint: Path,
+        resume: bool,
+        label: str = "",
+    ) -> tuple[list[dict[str, float]], dict[str, Any]]:
+        """The contrastive stage (if any) and ``epochs`` epochs of the head and adapters.
+
+        Returns the history and the kept epoch (``{"score", "epoch", "state"}``): the latest
+        one within one standard error of the best validation accuracy, or, without a
+        validation split, of the lowest training loss. The model ends on the last weights.
+        """
+        cfg = self.config
         params = self._trainable()
+        lora_b = {n for n in params if n.startswith("lora.") and ".lora_B." in n}
         groups = [
             {"params": [p for n, p in params.items() if n.startswith("head.")], "lr": cfg.head_lr},
-            {"params": [p for n, p in params.items() if n.startswith("lora.")], "lr": cfg.lr},
+            {
+                "params": [
+                    p for n, p in params.items() if n.startswith("lora.") and n not in lora_b
+                ],
+                "lr": cfg.lr,
+            },
+            # LoRA+: the B matrices (zero at the start) learn lora_plus_ratio times faster.
+            {"params": [params[n] for n in sorted(lora_b)], "lr": cfg.lr * cfg.lora_plus_ratio},
         ]
         optimizer = torch.optim.AdamW(
             [g for g in groups if g["params"]], weight_decay=cfg.weight_decay
         )
         steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-        total = steps_per_epoch * cfg.epochs
+        total = steps_per_epoch * epochs
         warmup = max(1, int(cfg.warmup_ratio * total))
 
         def schedule(step: int) -> float:
@@ -416,7 +537,6 @@ class Trainer:
         history: list[dict[str, float]] = []
         best: dict[str, Any] = {"score": -math.inf, "epoch": 0, "state": None}
         start_epoch = 0
-        checkpoint = out / CHECKPOINT_DIR
         self._ema = None
         if resume and (checkpoint / "meta.json").is_file():
             # The checkpointed adapters already went through the contrastive stage.
@@ -429,7 +549,6 @@ class Trainer:
         from tqdm.auto import tqdm
 
         lengths = self._lengths(train) if cfg.group_by_length else None
-        epochs = cfg.epochs if cfg.head == "option_evidence" else 0
         for epoch in range(start_epoch, epochs):
             if bad_epochs >= cfg.patience and val.examples:
                 break
@@ -441,7 +560,7 @@ class Trainer:
             running = 0.0
             bar = tqdm(
                 batches,
-                desc=f"epoch {epoch + 1}/{cfg.epochs}",
+                desc=f"{label}epoch {epoch + 1}/{epochs}",
                 disable=not cfg.progress,
                 leave=False,
             )
@@ -505,37 +624,7 @@ class Trainer:
                 self._restore(current)
             self._save_checkpoint(checkpoint, epoch + 1, history, best, optimizer, scheduler)
 
-        if best["state"] is not None:
-            self._restore(best["state"])
-        if cfg.head == "prototype":
-            self.fit_prototypes(train)
-        if cfg.rl_epochs > 0:
-            rl_history = self.reinforce(train, val)
-            history.extend(rl_history)
-        validation: dict[str, float] = {}
-        calibration = None
-        if val.examples:
-            metrics, val_logits, labels, types = self.evaluate(val)
-            calibration = fit_calibrator(
-                val_logits,
-                labels,
-                types,
-                histogram=cfg.histogram,
-                source=f"validation split ({len(val)} states) of {data.source or 'training data'}",
-            )
-            validation = dict(metrics)
-            validation["ece_calibrated"] = _ece_after(calibration, val_logits, labels, types)
-        self._write(
-            out,
-            data,
-            calibration,
-            history,
-            best["epoch"],
-            validation,
-            time.perf_counter() - started,
-        )
-        shutil.rmtree(checkpoint, ignore_errors=True)
-        return TrainResult(out, history, best["epoch"], validation, time.perf_counter() - started)
+        return history, best
 
     @torch.no_grad()
     def evaluate(

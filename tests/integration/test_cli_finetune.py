@@ -177,3 +177,18 @@ def test_finetune_rdrop_and_ema_flags(tiny_dir, tmp_path, capsys) -> None:
     code = main([*args, "--ema-decay", "1.5"])
     assert code == 2
     assert "ema_decay must be in [0, 1); got 1.5" in capsys.readouterr().err
+
+
+def test_finetune_refit_lora_plus_and_dora_flags(tiny_dir, tmp_path, capsys) -> None:
+    out, args = small_finetune(tiny_dir, tmp_path)
+    code = main([*args, "--epochs", "1", "--refit", "--lora-plus-ratio", "4", "--dora"])
+    assert code == 0
+    report = json.loads((out / "training.json").read_text())
+    assert report["config"]["refit"] is True
+    assert report["config"]["lora_plus_ratio"] == 4.0
+    assert report["config"]["use_dora"] is True
+    assert [h.get("refit") for h in report["history"]] == [None, 1.0]
+    capsys.readouterr()
+    code = main([*args, "--refit", "--val-fraction", "0"])
+    assert code == 2
+    assert "it needs val_fraction > 0" in capsys.readouterr().err

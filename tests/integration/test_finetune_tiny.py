@@ -99,6 +99,11 @@ def test_model_dir_layout_and_report(trained) -> None:
 
 def test_from_pretrained_uses_the_trained_head(trained) -> None:
     trainer, _, out = trained
+    assert_engine_answers_as_the_trainer(trainer, out)
+
+
+def assert_engine_answers_as_the_trainer(trainer: Trainer, out) -> None:
+    """The loaded model dir (adapter merged) gives the trainer's own calibrated answers."""
     engine = DecisionEngine.from_pretrained(out, device="cpu")
     assert isinstance(engine.head, TrainedHead)
     data = dataset(n=6, seed=3)
@@ -442,3 +447,145 @@ def test_attaching_lora_raises_no_peft_deprecation_warning(backbone_dir) -> None
         warnings.simplefilter("error", FutureWarning)  # peft 0.21 + transformers 5 warn here
         trainer.build(dataset(n=6))
     assert any("lora_" in n for n, _ in trainer.model.named_parameters())
+
+
+def count_batches(monkeypatch) -> list[int]:
+    """Record the state count of every epoch's ``_batches`` call (one call per epoch)."""
+    import engine.train.trainer as trainer_module
+
+    sizes: list[int] = []
+    real = trainer_module._batches
+
+    def spy(n, *args, **kwargs):
+        sizes.append(n)
+        return real(n, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "_batches", spy)
+    return sizes
+
+
+def test_refit_trains_again_on_every_state_with_the_selection_calibration(
+    backbone_dir, tmp_path, monkeypatch
+) -> None:
+    data = dataset(n=40)  # val_fraction 0.25: 30 states train, 10 validate
+    plain = Trainer(config(), backbone=str(backbone_dir)).fit(data, tmp_path / "plain")
+    sizes = count_batches(monkeypatch)
+    refit = Trainer(config(refit=True), backbone=str(backbone_dir)).fit(data, tmp_path / "refit")
+    # The selection run is the plain run (same seed); then the kept epochs on all 40 states.
+    assert refit.best_epoch == plain.best_epoch == 3
+    assert sizes == [30, 30, 30, 40, 40, 40]
+    assert [h["epoch"] for h in refit.history] == [1, 2, 3, 1, 2, 3]
+    assert [h.get("refit") for h in refit.history] == [None, None, None, 1.0, 1.0, 1.0]
+    assert refit.history[:3] == plain.history
+    assert refit.validation == plain.validation
+    cal = {
+        run: json.loads((tmp_path / run / "config.json").read_text())["calibration"]
+        for run in ("plain", "refit")
+    }
+    assert cal["refit"]["temperatures"] == cal["plain"]["temperatures"]
+    assert cal["refit"]["source"].endswith(", model before the refit")
+    assert json.loads((tmp_path / "refit" / "training.json").read_text())["config"]["refit"]
+    # A different model: the refit saw the validation states too.
+    from safetensors.torch import load_file
+
+    heads = {run: load_file(str(tmp_path / run / "head.safetensors")) for run in cal}
+    assert set(heads["plain"]) == set(heads["refit"])
+    assert any(not torch.equal(heads["plain"][k], heads["refit"][k]) for k in heads["plain"])
+    engine = DecisionEngine.from_pretrained(tmp_path / "refit", device="cpu")
+    probs = engine.decide("refund", {"r": QUESTIONS["route"]}).answers["r"].probabilities
+    assert sum(probs.values()) == pytest.approx(1.0)
+
+
+def test_refit_repeats_only_the_kept_epochs(backbone_dir, tmp_path, monkeypatch) -> None:
+    scripted = iter([0.90, 0.50, 0.40])  # epoch 1 kept; patience 2 stops after epoch 3
+    original = Trainer.evaluate
+
+    def scored(self, *args, **kwargs):
+        metrics, *rest = original(self, *args, **kwargs)
+        return ({**metrics, "accuracy": next(scripted, metrics["accuracy"])}, *rest)
+
+    monkeypatch.setattr(Trainer, "evaluate", scored)
+    sizes = count_batches(monkeypatch)
+    cfg = config(epochs=6, refit=True)
+    result = Trainer(cfg, backbone=str(backbone_dir)).fit(dataset(n=40), tmp_path)
+    assert result.best_epoch == 1
+    assert sizes == [30, 30, 30, 40]
+
+
+def test_refit_resumes_without_repeating_the_selection_run(
+    backbone_dir, tmp_path, monkeypatch
+) -> None:
+    import engine.train.trainer as trainer_module
+
+    data = dataset(n=40)
+    sizes = count_batches(monkeypatch)
+    spied = trainer_module._batches
+
+    def interrupt_second_refit_epoch(n, *args, **kwargs):
+        if sizes.count(40) == 1 and n == 40:  # the refit's first epoch is checkpointed
+            raise KeyboardInterrupt
+        return spied(n, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "_batches", interrupt_second_refit_epoch)
+    cfg = config(epochs=2, refit=True)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(cfg, backbone=str(backbone_dir)).fit(data, tmp_path)
+    assert sizes == [30, 30, 40]
+    assert (tmp_path / "checkpoint" / "selection.json").is_file()
+    assert json.loads((tmp_path / "checkpoint" / "refit" / "meta.json").read_text())["epoch"] == 1
+    monkeypatch.setattr(trainer_module, "_batches", spied)
+    result = Trainer(cfg, backbone=str(backbone_dir)).fit(data, tmp_path, resume=True)
+    assert sizes == [30, 30, 40, 40]  # only the refit's second epoch ran again
+    assert [(h["epoch"], h.get("refit")) for h in result.history] == [
+        (1, None),
+        (2, None),
+        (1, 1.0),
+        (2, 1.0),
+    ]
+    assert result.best_epoch == 2
+    assert "calibration" in json.loads((tmp_path / "config.json").read_text())
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_refit_refuses_configs_it_cannot_serve() -> None:
+    with pytest.raises(ValueError, match="it needs val_fraction > 0"):
+        TrainConfig(refit=True, val_fraction=0.0).check()
+    with pytest.raises(ValueError, match="does not support head='prototype'"):
+        TrainConfig(refit=True, head="prototype").check()
+    with pytest.raises(ValueError, match=r"the RL stage \(rl_epochs > 0\)"):
+        TrainConfig(refit=True, rl_epochs=1).check()
+
+
+@pytest.mark.parametrize("ratio", [1.0, 4.0])
+def test_lora_plus_moves_the_b_matrices_ratio_times_faster(backbone_dir, tmp_path, ratio) -> None:
+    # One optimizer step (24 states, one batch, no warm-up left): Adam's first update moves
+    # every weight with a gradient by its learning rate, so the B matrices (zero at the
+    # start) end at most lr * ratio from zero, and the A matrices have not moved yet.
+    cfg = config(epochs=1, val_fraction=0.0, batch_size=24, weight_decay=0.0, lora_plus_ratio=ratio)
+    trainer = Trainer(cfg, backbone=str(backbone_dir))
+    trainer.fit(dataset(n=24), tmp_path)
+    start = Trainer(cfg, backbone=str(backbone_dir))
+    start.build(dataset(n=24))
+    before = {n: p.detach() for n, p in start._trainable().items()}
+    after = {n: p.detach() for n, p in trainer._trainable().items()}
+    b = [n for n in after if ".lora_B." in n]
+    a = [n for n in after if ".lora_A." in n]
+    assert b and len(a) == len(b)
+    moved = max(float((after[n] - before[n]).abs().max()) for n in b)
+    assert moved == pytest.approx(cfg.lr * ratio, rel=1e-3)
+    assert all(torch.equal(after[n], before[n]) for n in a)
+
+
+def test_dora_adapters_train_and_merge_into_the_loaded_engine(backbone_dir, tmp_path) -> None:
+    trainer = Trainer(config(epochs=2, use_dora=True), backbone=str(backbone_dir))
+    trainer.fit(dataset(n=40), tmp_path)
+    adapter = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert adapter["use_dora"] is True
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    magnitudes = [k for k in weights if k.endswith("lora_magnitude_vector")]
+    assert magnitudes and len(magnitudes) == sum(k.endswith("lora_A.weight") for k in weights)
+    assert_engine_answers_as_the_trainer(trainer, tmp_path)
+    with pytest.raises(ValueError, match="use_dora adapts the backbone; it needs lora_rank > 0"):
+        TrainConfig(use_dora=True, lora_rank=0).check()
