@@ -17,6 +17,9 @@ Usage::
     python benchmarks/finetune_banking77.py --only full --contrastive-steps 60  # + that stage
     python benchmarks/finetune_banking77.py --only full --ema-decay 0.998  # weight average
     python benchmarks/finetune_banking77.py --only full --rdrop-weight 1   # R-Drop
+    python benchmarks/finetune_banking77.py --only full --lora-plus-ratio 16  # LoRA+
+    python benchmarks/finetune_banking77.py --only full --refit  # retrain on all of train
+    python benchmarks/finetune_banking77.py --only full --dora   # DoRA adapters
     python benchmarks/finetune_banking77.py --only full-head-only  # frozen backbone, cached
     python benchmarks/finetune_banking77.py --quick            # small slices, a smoke run
 
@@ -224,6 +227,30 @@ def main() -> None:
         default=0.0,
         help="full-set runs: R-Drop with this weight (own section full_rdropW)",
     )
+    parser.add_argument(
+        "--lora-rank",
+        type=int,
+        default=None,
+        help="full-set runs: LoRA rank when not 16 (own section full_rR)",
+    )
+    parser.add_argument(
+        "--dora",
+        dest="use_dora",
+        action="store_true",
+        help="full-set runs: DoRA adapters (own section full_dora)",
+    )
+    parser.add_argument(
+        "--lora-plus-ratio",
+        type=float,
+        default=None,
+        help="full-set runs: LoRA+ with this B/A learning-rate ratio (own section full_loraplusR)",
+    )
+    parser.add_argument(
+        "--refit",
+        action="store_true",
+        help="full-set and fewshot runs: retrain on all the data after selection (own "
+        "sections full_refit, fewshot_10_refit)",
+    )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--variants", default=None, help="ablations to run (comma-separated)")
@@ -270,8 +297,12 @@ def main() -> None:
     if args.contrastive_per_label not in (None, 2):
         few_contrastive["contrastive_per_label"] = args.contrastive_per_label
         contrastive_key += f"_per_label{args.contrastive_per_label}"
+    few_key = "fewshot_10"
+    if args.refit:  # the trainer's recipe, then retrained on all 10 examples per label
+        few_defaults["refit"] = True
+        few_key += "_refit"
     few_sections = {
-        "fewshot": ("fewshot_10", "10-shot", few_defaults),
+        "fewshot": (few_key, "10-shot", few_defaults),
         "fewshot-prototype": ("fewshot_10_prototype", "10-shot prototype", few_prototype),
         "fewshot-contrastive": (contrastive_key, "10-shot contrastive", few_contrastive),
     }
@@ -339,6 +370,10 @@ def main() -> None:
         "epochs": "epochs",
         "rdrop_weight": "rdrop",
         "ema_decay": "ema",
+        "lora_rank": "r",
+        "use_dora": "dora",
+        "lora_plus_ratio": "loraplus",
+        "refit": "refit",
     }
     for section, (name, kw) in full_runs.items():
         if section in sections:
@@ -347,7 +382,7 @@ def main() -> None:
             for flag, tag in variant_tags.items():
                 value = getattr(args, flag)
                 if value:
-                    name = f"{name}_{tag}{value:g}"
+                    name = f"{name}_{tag}" + ("" if value is True else f"{value:g}")
                     if flag != "epochs":  # config() applies --epochs to every run
                         kw = {**kw, flag: value}
             if args.seed:
