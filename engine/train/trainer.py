@@ -300,9 +300,10 @@ class Trainer:
         self.fps: dict[str, str] = {}
         for qid, question in data.questions.items():
             names = data.names(qid)
-            vectors = self.backbone.encode(option_texts(question)).pooled.float().cpu()
             if cfg.bank_init == "examples" and str(question.type) != "score":  # type: ignore[attr-defined]
-                vectors = self._centroids(train or data, qid)
+                vectors = self._centroids(train or data, qid)  # encodes the option texts too
+            else:
+                vectors = self.backbone.encode(option_texts(question)).pooled.float().cpu()
             self.fps[qid] = self.head.add_question(str(question.type), names, vectors)  # type: ignore[attr-defined]
         self.head.to(self.device)
         if cfg.lora_rank > 0:
