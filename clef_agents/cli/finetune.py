@@ -18,6 +18,9 @@ examples:
   clef-agents finetune train.csv --label-col category --out out/banking77
   clef-agents finetune train.csv --label-col category --examples-per-label 10 \\
       --head prototype --contrastive-steps 30 --val-fraction 0 --out out/banking77-10shot
+  clef-agents finetune train.csv --label-col category --examples-per-label 10 \
+      --head prototype --contrastive-steps 30 --val-fraction 0 \
+      --unlabeled train.csv --out out/banking77-10shot-semi   # the rest as unlabelled
   clef-agents finetune tickets.jsonl --questions questions.json --out out/tickets
   clef-agents eval test.csv --label-col category --model out/banking77
 """
@@ -79,6 +82,20 @@ def register(sub: Any) -> None:
     p.add_argument("--contrastive-per-label", type=int, default=None, metavar="K")
     p.add_argument("--contrastive-temperature", type=float, default=None)
     p.add_argument("--contrastive-lr", type=float, default=None, help="default: --lr")
+    p.add_argument(
+        "--unlabeled",
+        metavar="FILE",
+        default=None,
+        help="CSV/JSONL of states without labels (column as --text-col; labels ignored; "
+        "labelled states dropped): pseudo-labelled for the prototype head (--head prototype)",
+    )
+    p.add_argument(
+        "--pseudo-per-label",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --unlabeled: at most N pseudo-labelled states per option (default: all)",
+    )
     p.add_argument(
         "--rdrop-weight",
         type=float,
@@ -169,6 +186,7 @@ _FIELDS = (
     "contrastive_per_label",
     "contrastive_temperature",
     "contrastive_lr",
+    "pseudo_per_label",
     "rdrop_weight",
     "ema_decay",
     "refit",
@@ -182,7 +200,13 @@ def run(args: argparse.Namespace) -> int:
     from engine.errors import require
 
     require("peft", package="peft", extra="train", feature="clef-agents finetune")
-    from engine.train import TrainConfig, Trainer, load_training_data, sample_per_label
+    from engine.train import (
+        TrainConfig,
+        Trainer,
+        load_training_data,
+        load_unlabeled,
+        sample_per_label,
+    )
 
     questions = load_structured(args.questions) if args.questions else None
     if questions is not None and not isinstance(questions, dict):
@@ -214,11 +238,21 @@ def run(args: argparse.Namespace) -> int:
         config.check()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    result = Trainer(config, backbone=args.backbone).fit(data, args.out, resume=args.resume)
+    if args.pseudo_per_label is not None and args.unlabeled is None:
+        raise UsageError("--pseudo-per-label caps the pseudo-labels of --unlabeled; give both")
+    if args.unlabeled is not None and config.head != "prototype":
+        raise UsageError("--unlabeled feeds the prototype head; add --head prototype")
+    unlabeled = load_unlabeled(args.unlabeled, text_col=args.text_col) if args.unlabeled else None
+    result = Trainer(config, backbone=args.backbone).fit(
+        data, args.out, resume=args.resume, unlabeled=unlabeled
+    )
+    # After the labelled states were dropped from the unlabelled ones.
+    semi = next((h for h in result.history if "pseudo_labels" in h), None)
     summary = {
         "model_dir": str(result.directory),
         "states": len(data),
         "best_epoch": result.best_epoch,
+        **({k: int(semi[k]) for k in ("unlabeled_states", "pseudo_labels")} if semi else {}),
         "validation": {k: round(v, 4) for k, v in result.validation.items()},
         "seconds": round(result.seconds, 1),
     }

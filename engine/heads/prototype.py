@@ -5,6 +5,12 @@ multinomial logistic regression on the embeddings (seconds on a CPU for thousand
 examples). Its temperature is fitted on out-of-fold predictions of a k-fold split of the
 same examples, so the probabilities are calibrated without touching any evaluation data.
 Options without examples contribute their own description embedding as one example.
+
+With ``unlabeled`` vectors the fit is semi-supervised (pseudo-labelling, Lee 2013): the head
+fitted on the labelled examples labels every unlabelled state with its top option (at most
+``per_label`` per option, the most confident first), and the head is fitted again on both.
+The temperature still comes from labelled examples only: each fold's head pseudo-labels the
+unlabelled states itself, so no held-out label reaches its own prediction.
 """
 
 from __future__ import annotations
@@ -42,6 +48,48 @@ def _fit(
     return w.detach(), b.detach()
 
 
+def pseudo_labels(
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    unlabeled: torch.Tensor,
+    per_label: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(indices, labels)``: each unlabelled vector's top class under ``x @ W.T + b``.
+
+    With ``per_label``, each class keeps only its ``per_label`` most confident states (the
+    rest stay unlabelled), so no class floods the refit. Indices come sorted.
+    """
+    logits = unlabeled @ weight.T + bias
+    confidence, predicted = logits.softmax(dim=-1).max(dim=-1)
+    if per_label is None:
+        return torch.arange(len(predicted)), predicted
+    keep = []
+    for c in predicted.unique():
+        members = (predicted == c).nonzero().flatten()
+        keep.append(members[confidence[members].argsort(descending=True)[:per_label]])
+    index = torch.cat(keep).sort().values if keep else torch.empty(0, dtype=torch.long)
+    return index, predicted[index]
+
+
+def _fit_semi(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    n_classes: int,
+    l2: float,
+    unlabeled: torch.Tensor | None,
+    per_label: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """:func:`_fit` on the labelled examples, then again with their pseudo-labels added."""
+    w, b = _fit(x, y, n_classes, l2)
+    if unlabeled is None or len(unlabeled) == 0:
+        return w, b, 0
+    index, labels = pseudo_labels(w, b, unlabeled, per_label)
+    if len(index) == 0:
+        return w, b, 0
+    w, b = _fit(torch.cat([x, unlabeled[index]]), torch.cat([y, labels]), n_classes, l2)
+    return w, b, len(index)
+
+
 @dataclass
 class PrototypeClassifier:
     """A fitted linear head over normalised embeddings: ``logits = (x @ W.T + b) / T``."""
@@ -50,6 +98,8 @@ class PrototypeClassifier:
     bias: torch.Tensor
     temperature: float
     n_examples: int
+    n_pseudo: int = 0
+    """Unlabelled states that joined the fit with a pseudo-label."""
 
     @classmethod
     def fit(
@@ -61,13 +111,23 @@ class PrototypeClassifier:
         l2: float = DEFAULT_L2,
         folds: int = DEFAULT_FOLDS,
         seed: int = 0,
+        unlabeled: torch.Tensor | None = None,
+        per_label: int | None = None,
     ) -> PrototypeClassifier:
+        """Fit on ``x`` (``[N, H]``) with labels ``y``; see the module docstring.
+
+        ``unlabeled`` (``[M, H]``) adds pseudo-labelled states; ``per_label`` caps them per
+        class (``None``: every unlabelled state joins with its predicted class).
+        """
+        if per_label is not None and per_label < 1:
+            raise ValueError(f"per_label must be at least 1 (or None); got {per_label}")
         # Fitting may be asked for inside the engine's inference_mode; leave it for autograd
         # and copy the inputs out of inference tensors.
         with torch.inference_mode(False), torch.enable_grad():
             x = x.detach().float().cpu().clone()
             y = y.detach().long().cpu().clone()
-            weight, bias = _fit(x, y, n_classes, l2)
+            u = None if unlabeled is None else unlabeled.detach().float().cpu().clone()
+            weight, bias, n_pseudo = _fit_semi(x, y, n_classes, l2, u, per_label)
             temperature = 1.0
             if len(y) >= 2 * folds and folds >= 2:
                 gen = torch.Generator().manual_seed(seed)
@@ -82,10 +142,10 @@ class PrototypeClassifier:
                     test = fold_of == f
                     if not test.any():
                         continue
-                    w_f, b_f = _fit(x[~test], y[~test], n_classes, l2)
+                    w_f, b_f, _ = _fit_semi(x[~test], y[~test], n_classes, l2, u, per_label)
                     oof[test] = x[test] @ w_f.T + b_f
                 temperature = fit_temperature(oof, y)
-        return cls(weight, bias, temperature, len(y))
+        return cls(weight, bias, temperature, len(y), n_pseudo)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight.to(x.device, x.dtype)

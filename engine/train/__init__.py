@@ -18,6 +18,7 @@ from engine.train.data import (
     load_data,
     load_eval_data,
     load_training_data,
+    load_unlabeled,
     sample_per_label,
     split,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "load_data",
     "load_eval_data",
     "load_training_data",
+    "load_unlabeled",
     "partial_credit",
     "ranked_probability_score",
     "rl_loss",

@@ -258,6 +258,32 @@ def load_data(
     return TrainingSet(built, list(by_state.values()), source)
 
 
+def load_unlabeled(path: str | Path, *, text_col: str | None = None) -> list[str]:
+    """States without labels (one per row) from a CSV or JSONL file, for pseudo-labelling.
+
+    The state column is ``text_col`` or the first of ``text``, ``state``, ... found; other
+    columns (a label column too) are ignored. Repeated states are kept once.
+
+    Raises:
+        TrainingDataError: The file is missing or has no rows, the column is missing, or a
+            row's state is empty (the error names the row).
+    """
+    source = str(path)
+    rows = read_rows(path)
+    if not rows:
+        raise TrainingDataError(f"{source}: no unlabelled rows", field="unlabeled")
+    tcol = _column(rows, text_col, TEXT_COLUMNS, "text", source)
+    states: dict[str, None] = {}
+    for n, row in enumerate(rows, start=1):
+        state = row.get(tcol)
+        if state is None or (isinstance(state, str) and not state.strip()):
+            raise TrainingDataError(
+                f"{source}: row {n} has an empty {tcol!r}", field=f"unlabeled.rows[{n}].{tcol}"
+            )
+        states[render_value(state, f"unlabeled.rows[{n}].{tcol}")] = None
+    return list(states)
+
+
 def load_training_data(path: str | Path, **kwargs: Any) -> TrainingSet:
     """:func:`load_data` for training (labels may define the options)."""
     return load_data(path, **kwargs)

@@ -13,7 +13,9 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
    within one standard error of the best so far (early stopping: ``patience`` epochs
    below that band end the run); a checkpoint after every epoch makes ``resume=True``
    continue an interrupted run. ``head="prototype"``: no epochs; fit a prototype head per
-   question on the (adapted) pooled vectors of the training states (the few-shot recipe);
+   question on the (adapted) pooled vectors of the training states (the few-shot recipe),
+   semi-supervised when unlabelled states are given (``fit(..., unlabeled=texts)``:
+   pseudo-labels from the head fitted on the labelled states join a second fit);
 5. optionally an RL stage (:mod:`engine.train.rl`) on the head;
 6. fit temperatures (and optional histogram binning) on the validation split;
 7. write a model dir: ``config.json``, ``head.safetensors``, ``adapter/`` (peft format),
@@ -34,6 +36,7 @@ import math
 import random
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,6 +141,10 @@ class TrainConfig:
     contrastive_temperature: float = 0.05
     contrastive_lr: float | None = None
     """Default: ``lr``."""
+    pseudo_per_label: int | None = None
+    """With unlabelled states (``Trainer.fit(..., unlabeled=...)``, ``head="prototype"``):
+    at most this many pseudo-labelled states per option join the prototype head's fit, the
+    most confident first. ``None``: every unlabelled state, with its predicted option."""
     rl_epochs: int = 0
     rl_lr: float = 2e-4
     rl_kl: float = 0.5
@@ -207,6 +214,11 @@ class TrainConfig:
             raise ValueError(
                 "refit repeats the option-evidence epochs; it does not support "
                 "head='prototype' or the RL stage (rl_epochs > 0)"
+            )
+        if self.pseudo_per_label is not None and self.pseudo_per_label < 1:
+            raise ValueError(
+                "pseudo_per_label must be at least 1 (or None: no cap); "
+                f"got {self.pseudo_per_label}"
             )
         if self.use_dora and self.lora_rank == 0:
             raise ValueError("use_dora adapts the backbone; it needs lora_rank > 0")
@@ -416,14 +428,36 @@ class Trainer:
         enc = self.backbone.tokenizer(texts, truncation=True, max_length=limit)
         return [len(ids) for ids in enc["input_ids"]]
 
-    def fit(self, data: TrainingSet, out: str | Path, *, resume: bool = False) -> TrainResult:
-        """Train on ``data`` and write a model dir to ``out``."""
+    def fit(
+        self,
+        data: TrainingSet,
+        out: str | Path,
+        *,
+        resume: bool = False,
+        unlabeled: Sequence[str] | None = None,
+    ) -> TrainResult:
+        """Train on ``data`` and write a model dir to ``out``.
+
+        ``unlabeled``: states without labels from the same domain, for ``head="prototype"``
+        (semi-supervised prototype head, :meth:`fit_prototypes`). States that are also
+        among the labelled ones, and repeats, are dropped.
+        """
         started = time.perf_counter()
         cfg = self.config
         out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
         if len(data) == 0:
             raise TrainingDataError("no training examples", field="data")
+        pool: list[str] = []
+        if unlabeled is not None:
+            if cfg.head != "prototype":
+                raise TrainingDataError(
+                    "unlabelled states feed the prototype head's pseudo-labels; "
+                    f"they need head='prototype' (got head={cfg.head!r})",
+                    field="unlabeled",
+                )
+            labelled = {ex.state for ex in data.examples}
+            pool = [t for t in dict.fromkeys(unlabeled) if t not in labelled]
+        out.mkdir(parents=True, exist_ok=True)
         train, val = split(data, cfg.val_fraction, seed=cfg.seed)
         checkpoint = out / CHECKPOINT_DIR
         selection = checkpoint / SELECTION_FILE
@@ -444,7 +478,9 @@ class Trainer:
             if best["state"] is not None:
                 self._restore(best["state"])
             if cfg.head == "prototype":
-                self.fit_prototypes(train)
+                stats = self.fit_prototypes(train, pool if unlabeled is not None else None)
+                if stats:
+                    history.append(stats)
             if cfg.rl_epochs > 0:
                 rl_history = self.reinforce(train, val)
                 history.extend(rl_history)
@@ -732,30 +768,59 @@ class Trainer:
         }
 
     @torch.no_grad()
-    def fit_prototypes(self, train: TrainingSet) -> None:
+    def _encode(self, texts: list[str]) -> torch.Tensor:
+        """Adapted, pooled, normalised vectors of ``texts`` (``[N, H]``, CPU), in chunks."""
+        self.model.eval()
+        out = [torch.empty(0, self.backbone.hidden_size)]
+        for start in range(0, len(texts), 64):
+            out.append(self._forward(texts[start : start + 64])[2].float().cpu())
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def fit_prototypes(
+        self, train: TrainingSet, unlabeled: Sequence[str] | None = None
+    ) -> dict[str, float]:
         """Fit a prototype head per question on the adapted pooled vectors of ``train``.
 
         Each option's text is one more example of its label (as in the engine's prototype
         head); the temperature comes from a 5-fold split of those same examples and is
         folded into the stored weights. A validation split, when there is one, is left
         for the calibrator that the trainer fits afterwards.
+
+        ``unlabeled`` states (encoded once) are pseudo-labelled for every question by the
+        head fitted on its labelled states, at most ``pseudo_per_label`` per option, and
+        join a second fit (:class:`~engine.heads.prototype.PrototypeClassifier`); the
+        temperature still comes from the labelled states alone. Returns the history entry
+        of that step (empty without ``unlabeled``).
         """
         self.model.eval()
+        pool = None if unlabeled is None else self._encode(list(unlabeled))
+        pseudo = 0
         for qid, question in train.questions.items():
             texts, members = self._members(train, qid)
             labels = torch.empty(len(texts), dtype=torch.long)
             for label, items in enumerate(members):
                 labels[items] = label
-            chunks = [texts[i : i + 64] for i in range(0, len(texts), 64)]
-            vectors = torch.cat([self._forward(c)[2].float().cpu() for c in chunks])
+            vectors = self._encode(texts)
             names = train.names(qid)
-            fitted = PrototypeClassifier.fit(vectors, labels, len(names), seed=self.config.seed)
+            fitted = PrototypeClassifier.fit(
+                vectors,
+                labels,
+                len(names),
+                seed=self.config.seed,
+                unlabeled=pool,
+                per_label=self.config.pseudo_per_label,
+            )
+            pseudo += fitted.n_pseudo
             self.head.add_prototypes(
                 str(question.type),  # type: ignore[attr-defined]
                 names,
                 (fitted.weight / fitted.temperature).to(self.device),
                 (fitted.bias / fitted.temperature).to(self.device),
             )
+        if pool is None:
+            return {}
+        return {"unlabeled_states": float(len(pool)), "pseudo_labels": float(pseudo)}
 
     # -- RL stage ------------------------------------------------------------------------
 

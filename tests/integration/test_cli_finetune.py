@@ -194,3 +194,27 @@ def test_finetune_training_flags(tiny_dir, tmp_path, capsys, flags, expected, ba
     # A bad value or combination is a usage error naming the limit, not a traceback.
     assert main([*args, *bad]) == 2
     assert error in capsys.readouterr().err
+
+
+def test_finetune_with_unlabelled_states(tiny_dir, tmp_path, capsys) -> None:
+    out, args = small_finetune(tiny_dir, tmp_path)
+    unlabeled = tmp_path / "unlabeled.csv"
+    write_csv(unlabeled, 9, seed=5)  # its intent column is ignored
+    recipe = ["--head", "prototype", "--val-fraction", "0"]
+    code = main([*args, *recipe, "--unlabeled", str(unlabeled), "--pseudo-per-label", "2"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["unlabeled_states"] == 9
+    assert 2 <= summary["pseudo_labels"] <= 6  # at most 2 for each of the 3 intents
+    report = json.loads((out / "training.json").read_text())
+    assert report["config"]["pseudo_per_label"] == 2
+    assert report["history"][-1]["unlabeled_states"] == 9
+    # Misuse is a usage error naming the fix, not a traceback.
+    for bad, error in [
+        (["--unlabeled", str(unlabeled)], "add --head prototype"),
+        ([*recipe, "--pseudo-per-label", "2"], "give both"),
+        ([*recipe, "--unlabeled", str(tmp_path / "none.csv")], "none.csv: no such file"),
+        ([*recipe, "--unlabeled", str(unlabeled), "--pseudo-per-label", "0"], "at least 1"),
+    ]:
+        assert main([*args, *bad]) == 2
+        assert error in capsys.readouterr().err

@@ -12,7 +12,7 @@ import torch
 from engine import Choice, DecisionEngine, MissingDependencyError, Noul, Score
 from engine.heads.trained import TrainedHead
 from engine.testing import write_tiny_bert
-from engine.train import Example, TrainConfig, Trainer, TrainingSet
+from engine.train import Example, TrainConfig, Trainer, TrainingDataError, TrainingSet
 
 pytest.importorskip("peft")
 pytestmark = pytest.mark.slow
@@ -336,6 +336,55 @@ def test_prototype_heads_for_every_question_of_a_multi_question_set(backbone_dir
     for qid in ("route", "urgency"):
         assert sum(answers[qid].probabilities.values()) == pytest.approx(1.0)
     assert 0.0 <= answers["human"].noul <= 1.0
+
+
+def test_unlabelled_states_join_the_prototype_heads_with_pseudo_labels(backbone_dir, tmp_path):
+    data = dataset(n=12)
+    labelled = [ex.state for ex in data.examples]
+    pool = [f"unlabelled {ex.state}" for ex in dataset(n=20, seed=1).examples]
+    # Repeats and states that are already labelled are dropped before pseudo-labelling.
+    unlabeled = pool + pool[:4] + labelled[:3]
+    cfg = config(head="prototype", contrastive_steps=3, val_fraction=0.0)
+    semi = Trainer(cfg, backbone=str(backbone_dir))
+    result = semi.fit(data, tmp_path / "semi", unlabeled=unlabeled)
+    # Every unlabelled state joins each of the 3 questions with its predicted option.
+    assert result.history[-1] == {"unlabeled_states": 20.0, "pseudo_labels": 60.0}
+    plain = Trainer(cfg, backbone=str(backbone_dir))
+    plain.fit(data, tmp_path / "plain")
+    names = ["billing", "tech", "sales"]
+    with torch.no_grad():
+        pooled = semi.features(pool)[2]
+        assert not torch.allclose(
+            semi.head.prototype_logits("choice", names, pooled),
+            plain.head.prototype_logits("choice", names, pooled),
+        )
+    report = json.loads((tmp_path / "semi" / "training.json").read_text())
+    assert report["history"][-1]["pseudo_labels"] == 60
+    # The model dir answers with the semi-supervised head on the adapted vectors.
+    engine = DecisionEngine.from_pretrained(tmp_path / "semi", device="cpu")
+    with torch.no_grad():
+        raw = semi.head.prototype_logits("choice", names, semi.features(pool[:6])[2])
+    expected = torch.softmax(engine.calibrator.scale(raw.double(), "choice", 3), -1)
+    results = engine.decide_batch(pool[:6], {"route": QUESTIONS["route"]})
+    got = torch.tensor(
+        [[r.answers["route"].probabilities[n] for n in names] for r in results], dtype=torch.float64
+    )
+    assert torch.allclose(got, expected, atol=1e-4)
+    # A cap keeps at most that many per option: 2 x (3 routes + 3 levels + 2 answers).
+    cap = config(head="prototype", val_fraction=0.0, pseudo_per_label=2)
+    capped = Trainer(cap, backbone=str(backbone_dir))
+    result = capped.fit(data, tmp_path / "capped", unlabeled=pool)
+    assert 2 <= result.history[-1]["pseudo_labels"] <= 16
+
+
+def test_unlabelled_states_need_the_prototype_head(backbone_dir, tmp_path) -> None:
+    trainer = Trainer(config(), backbone=str(backbone_dir))
+    with pytest.raises(TrainingDataError, match="they need head='prototype'") as info:
+        trainer.fit(dataset(n=12), tmp_path, unlabeled=["a new state"])
+    assert info.value.field == "unlabeled"
+    assert not (tmp_path / "config.json").exists()
+    with pytest.raises(ValueError, match="pseudo_per_label must be at least 1"):
+        TrainConfig(pseudo_per_label=0).check()
 
 
 def test_ema_keeps_the_moving_average_of_the_trained_weights(backbone_dir, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ from engine.train.data import (
     TrainingDataError,
     load_eval_data,
     load_training_data,
+    load_unlabeled,
     sample_per_label,
     split,
 )
@@ -124,3 +125,20 @@ def test_length_grouped_batches_hold_every_state_once_and_pad_less() -> None:
     longest = [max(lengths[i] for i in b) for b in grouped]
     assert longest != sorted(longest, reverse=True)  # batch order is shuffled
     assert _batches(1000, 32, random.Random(2), lengths) != grouped  # new epoch, new grouping
+
+
+def test_unlabelled_states_are_read_once_each_and_bad_files_are_named(tmp_path) -> None:
+    path = write(tmp_path, "u.csv", "text,label\nlost card,x\nfee?,\nlost card,y\n")
+    assert load_unlabeled(path) == ["lost card", "fee?"]  # labels ignored, repeats kept once
+    lines = [json.dumps({"utterance": "a"}), json.dumps({"utterance": "b", "other": 1})]
+    assert load_unlabeled(write(tmp_path, "u.jsonl", "\n".join(lines))) == ["a", "b"]
+    with pytest.raises(TrainingDataError, match="no unlabelled rows") as info:
+        load_unlabeled(write(tmp_path, "e.csv", "text\n"))
+    assert info.value.field == "unlabeled"
+    with pytest.raises(TrainingDataError, match="row 2 has an empty 'text'") as info:
+        load_unlabeled(write(tmp_path, "b.csv", "text\nfine\n  \n"))
+    assert info.value.field == "unlabeled.rows[2].text"
+    with pytest.raises(TrainingDataError, match="no text column 'body'"):
+        load_unlabeled(path, text_col="body")
+    with pytest.raises(TrainingDataError, match="no such file"):
+        load_unlabeled(tmp_path / "missing.csv")

@@ -1,0 +1,85 @@
+"""The prototype head's logistic regression, supervised and with pseudo-labelled states."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import engine.heads.prototype as prototype
+from engine.heads.prototype import PrototypeClassifier, pseudo_labels
+
+
+def off_centre_labels(seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Two Gaussian classes at x = -1 and x = +1; the labelled points sit at -0.2 and +1.8.
+
+    The head fitted on the four labelled points alone puts its boundary near x = 0.8 and
+    calls a tenth of class 1 class 0; the 400 unlabelled points show where the classes are.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.tensor([[-1.0, 0.0]] * 200 + [[1.0, 0.0]] * 200)
+    unlabeled = torch.randn(400, 2, generator=gen) * 0.3 + centres
+    truth = torch.cat([torch.zeros(200), torch.ones(200)]).long()
+    labelled = torch.tensor([[-0.2, 0.1], [-0.2, -0.1], [1.8, 0.1], [1.8, -0.1]])
+    return labelled, torch.tensor([0, 0, 1, 1]), unlabeled, truth
+
+
+def test_pseudo_labels_take_the_top_class_and_cap_the_most_confident() -> None:
+    weight = torch.eye(2) * 4.0
+    bias = torch.zeros(2)
+    u = torch.tensor([[1.0, 0.0], [0.6, 0.4], [0.0, 1.0], [0.9, 0.1], [0.2, 0.8]])
+    index, labels = pseudo_labels(weight, bias, u)
+    assert index.tolist() == [0, 1, 2, 3, 4]
+    assert labels.tolist() == [0, 0, 1, 0, 1]
+    # One per class: the most confident of each (rows 0 and 2), in index order.
+    index, labels = pseudo_labels(weight, bias, u, per_label=1)
+    assert index.tolist() == [0, 2]
+    assert labels.tolist() == [0, 1]
+    index, _ = pseudo_labels(weight, bias, u, per_label=2)
+    assert index.tolist() == [0, 2, 3, 4]
+
+
+def test_confident_pseudo_labels_move_the_boundary_towards_the_gap() -> None:
+    x, y, u, truth = off_centre_labels()
+
+    def accuracy(head: PrototypeClassifier) -> float:
+        return float((head.logits(u).argmax(-1) == truth).float().mean())
+
+    alone = PrototypeClassifier.fit(x, y, 2, folds=2)
+    capped = PrototypeClassifier.fit(x, y, 2, folds=2, unlabeled=u, per_label=50)
+    assert alone.n_pseudo == 0 and capped.n_pseudo == 100
+    # The 50 most confident of each class lie away from the old boundary; fitted with them,
+    # the boundary moves into the gap between the classes.
+    assert accuracy(alone) < 0.9
+    assert accuracy(capped) > 0.97
+    # Without a cap every unlabelled point joins with its predicted class: here the
+    # pseudo-labels are separable at the old boundary, so the refit keeps it.
+    every = PrototypeClassifier.fit(x, y, 2, folds=2, unlabeled=u)
+    assert every.n_pseudo == len(u)
+    assert accuracy(every) == accuracy(alone)
+    # The fit is the labelled head's pseudo-labels added to the labelled points.
+    w0, b0 = prototype._fit(x, y, 2, prototype.DEFAULT_L2)
+    index, labels = pseudo_labels(w0, b0, u)
+    w, b = prototype._fit(torch.cat([x, u[index]]), torch.cat([y, labels]), 2, prototype.DEFAULT_L2)
+    assert torch.allclose(every.weight, w) and torch.allclose(every.bias, b)
+
+
+def test_the_temperature_is_fitted_on_labelled_examples_only(monkeypatch) -> None:
+    x, y, u, _ = off_centre_labels()
+    x, y = torch.cat([x, x * 0.99]), torch.cat([y, y])  # 8 labelled: 2 folds of 4
+    seen: list[int] = []
+
+    def spy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+        seen.append(len(labels))
+        return 1.5
+
+    monkeypatch.setattr(prototype, "fit_temperature", spy)
+    fitted = PrototypeClassifier.fit(x, y, 2, folds=2, unlabeled=u, per_label=50)
+    assert seen == [len(y)]  # out-of-fold logits of the 8 labelled points, not the 100 pseudo
+    assert fitted.temperature == 1.5
+    assert fitted.n_pseudo == 100
+
+
+def test_bad_pseudo_label_cap_is_refused() -> None:
+    x, y, u, _ = off_centre_labels()
+    with pytest.raises(ValueError, match="per_label must be at least 1"):
+        PrototypeClassifier.fit(x, y, 2, unlabeled=u, per_label=0)
