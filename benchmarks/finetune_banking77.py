@@ -11,6 +11,8 @@ Usage::
     python benchmarks/finetune_banking77.py --only fewshot     # 10-shot x 3 seeds
     python benchmarks/finetune_banking77.py --only fewshot-contrastive  # the few-shot recipe
     python benchmarks/finetune_banking77.py --only fewshot-prototype    # ... its control
+    python benchmarks/finetune_banking77.py --only fewshot-contrastive --unlabeled  # + the
+        # rest of train.csv without its labels, pseudo-labelled (semi-supervised)
     python benchmarks/finetune_banking77.py --only ablations
     python benchmarks/finetune_banking77.py --only full            # LoRA + head, all data
     python benchmarks/finetune_banking77.py --only full --seed 1   # another seed: "full_seed1"
@@ -126,11 +128,17 @@ def evaluate(
 
 
 def run(
-    name: str, data: Any, test: Any, config: TrainConfig, *, int8: bool = True
+    name: str,
+    data: Any,
+    test: Any,
+    config: TrainConfig,
+    *,
+    int8: bool = True,
+    unlabeled: list[str] | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="clef-ft-") as tmp:
         started = time.perf_counter()
-        result = Trainer(config).fit(data, tmp)
+        result = Trainer(config).fit(data, tmp, unlabeled=unlabeled)
         train_s = time.perf_counter() - started
         entry: dict[str, Any] = {
             "name": name,
@@ -251,6 +259,18 @@ def main() -> None:
         help="full-set and fewshot runs: retrain on all the data after selection (own "
         "sections full_refit, fewshot_10_refit)",
     )
+    parser.add_argument(
+        "--unlabeled",
+        action="store_true",
+        help="fewshot-contrastive and fewshot-prototype: the train.csv states outside the "
+        "sample join without labels, pseudo-labelled (own sections ..._unlabeled)",
+    )
+    parser.add_argument(
+        "--pseudo-per-label",
+        type=int,
+        default=None,
+        help="with --unlabeled: at most N pseudo-labels per intent (own sections ..._capN)",
+    )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--variants", default=None, help="ablations to run (comma-separated)")
@@ -306,14 +326,39 @@ def main() -> None:
         "fewshot-prototype": ("fewshot_10_prototype", "10-shot prototype", few_prototype),
         "fewshot-contrastive": (contrastive_key, "10-shot contrastive", few_contrastive),
     }
+    if args.unlabeled and not {"fewshot-contrastive", "fewshot-prototype"} & set(sections):
+        parser.error("--unlabeled applies to --only fewshot-contrastive or fewshot-prototype")
+    if args.pseudo_per_label is not None and not args.unlabeled:
+        parser.error("--pseudo-per-label caps the pseudo-labels of --unlabeled; give both")
     for section, (key, label, kw) in few_sections.items():
         if section not in sections:
             continue
+        if args.unlabeled and section != "fewshot":
+            # Semi-supervised: the states of train.csv outside the sample, labels withheld.
+            key, label = key + "_unlabeled", label + " + unlabelled"
+            if args.pseudo_per_label is not None:
+                kw = {**kw, "pseudo_per_label": args.pseudo_per_label}
+                key += f"_cap{args.pseudo_per_label}"
         runs: list[dict[str, Any]] = []
         for seed in (0, 1, 2):
             data = sample_per_label(train, 3 if args.quick else 10, seed=seed)
+            pool = None
+            if args.unlabeled and section != "fewshot":
+                chosen = {ex.state for ex in data.examples}
+                pool = [ex.state for ex in train.examples if ex.state not in chosen]
+                if args.quick:
+                    pool = pool[:300]
             cfg = config(seed=seed, **kw)
-            runs.append(run(f"{label} seed {seed}", data, test, cfg, int8=not args.no_int8))
+            runs.append(
+                run(
+                    f"{label} seed {seed}",
+                    data,
+                    test,
+                    cfg,
+                    int8=not args.no_int8,
+                    unlabeled=pool,
+                )
+            )
             summary = {
                 f"{prec}_{stage}_{m}": mean_of(runs, [prec, stage, m])
                 for prec in (["fp32"] if args.no_int8 else ["fp32", "int8"])
