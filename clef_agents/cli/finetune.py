@@ -18,8 +18,8 @@ examples:
   clef-agents finetune train.csv --label-col category --out out/banking77
   clef-agents finetune train.csv --label-col category --examples-per-label 10 \\
       --head prototype --contrastive-steps 30 --val-fraction 0 --out out/banking77-10shot
-  clef-agents finetune train.csv --label-col category --examples-per-label 10 \
-      --head prototype --contrastive-steps 30 --val-fraction 0 \
+  clef-agents finetune train.csv --label-col category --examples-per-label 10 \\
+      --head prototype --contrastive-steps 30 --val-fraction 0 \\
       --unlabeled train.csv --out out/banking77-10shot-semi   # the rest as unlabelled
   clef-agents finetune tickets.jsonl --questions questions.json --out out/tickets
   clef-agents eval test.csv --label-col category --model out/banking77
@@ -86,8 +86,14 @@ def register(sub: Any) -> None:
         "--unlabeled",
         metavar="FILE",
         default=None,
-        help="CSV/JSONL of states without labels (column as --text-col; labels ignored; "
-        "labelled states dropped): pseudo-labelled for the prototype head (--head prototype)",
+        help="CSV/JSONL of states without labels (any label column is ignored; labelled "
+        "states are dropped): pseudo-labelled for the prototype head (--head prototype)",
+    )
+    p.add_argument(
+        "--unlabeled-text-col",
+        default=None,
+        metavar="COL",
+        help="state column of --unlabeled (default: --text-col, else text/state/...)",
     )
     p.add_argument(
         "--pseudo-per-label",
@@ -240,9 +246,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if args.pseudo_per_label is not None and args.unlabeled is None:
         raise UsageError("--pseudo-per-label caps the pseudo-labels of --unlabeled; give both")
+    if args.unlabeled_text_col is not None and args.unlabeled is None:
+        raise UsageError("--unlabeled-text-col names a column of --unlabeled; give both")
     if args.unlabeled is not None and config.head != "prototype":
         raise UsageError("--unlabeled feeds the prototype head; add --head prototype")
-    unlabeled = load_unlabeled(args.unlabeled, text_col=args.text_col) if args.unlabeled else None
+    unlabeled = None
+    if args.unlabeled:
+        column = args.unlabeled_text_col or args.text_col
+        unlabeled = load_unlabeled(args.unlabeled, text_col=column)
     result = Trainer(config, backbone=args.backbone).fit(
         data, args.out, resume=args.resume, unlabeled=unlabeled
     )

@@ -59,15 +59,19 @@ def pseudo_labels(
     With ``per_label``, each class keeps only its ``per_label`` most confident states (the
     rest stay unlabelled), so no class floods the refit. Indices come sorted.
     """
+    if per_label is not None and per_label < 1:
+        raise ValueError(f"per_label must be at least 1 (or None); got {per_label}")
     logits = unlabeled @ weight.T + bias
     confidence, predicted = logits.softmax(dim=-1).max(dim=-1)
     if per_label is None:
-        return torch.arange(len(predicted)), predicted
+        return torch.arange(len(predicted), device=predicted.device), predicted
     keep = []
     for c in predicted.unique():
         members = (predicted == c).nonzero().flatten()
         keep.append(members[confidence[members].argsort(descending=True)[:per_label]])
-    index = torch.cat(keep).sort().values if keep else torch.empty(0, dtype=torch.long)
+    if not keep:
+        return torch.empty(0, dtype=torch.long, device=predicted.device), predicted[:0]
+    index = torch.cat(keep).sort().values
     return index, predicted[index]
 
 

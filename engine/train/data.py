@@ -107,7 +107,12 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
             rows.append(row)
         return rows
     if p.suffix.lower() == ".json":
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TrainingDataError(
+                f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})", field="data"
+            ) from None
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise TrainingDataError(f"{p}: expected a JSON array of objects", field="data")
         return data
@@ -269,10 +274,14 @@ def load_unlabeled(path: str | Path, *, text_col: str | None = None) -> list[str
             row's state is empty (the error names the row).
     """
     source = str(path)
-    rows = read_rows(path)
-    if not rows:
-        raise TrainingDataError(f"{source}: no unlabelled rows", field="unlabeled")
-    tcol = _column(rows, text_col, TEXT_COLUMNS, "text", source)
+    try:
+        rows = read_rows(path)
+        if not rows:
+            raise TrainingDataError(f"{source}: no unlabelled rows", field="unlabeled")
+        tcol = _column(rows, text_col, TEXT_COLUMNS, "text", source)
+    except TrainingDataError as exc:  # name the unlabelled file's field, not the data's
+        field = (exc.field or "data").replace("data", "unlabeled", 1)
+        raise TrainingDataError(exc.message, field=field) from None
     states: dict[str, None] = {}
     for n, row in enumerate(rows, start=1):
         state = row.get(tcol)

@@ -220,6 +220,11 @@ class TrainConfig:
                 "pseudo_per_label must be at least 1 (or None: no cap); "
                 f"got {self.pseudo_per_label}"
             )
+        if self.pseudo_per_label is not None and self.head != "prototype":
+            raise ValueError(
+                "pseudo_per_label caps the pseudo-labels of the prototype head; "
+                f"it needs head='prototype' (got head={self.head!r})"
+            )
         if self.use_dora and self.lora_rank == 0:
             raise ValueError("use_dora adapts the backbone; it needs lora_rank > 0")
         if self.lora_plus_ratio <= 0:
@@ -440,23 +445,15 @@ class Trainer:
 
         ``unlabeled``: states without labels from the same domain, for ``head="prototype"``
         (semi-supervised prototype head, :meth:`fit_prototypes`). States that are also
-        among the labelled ones, and repeats, are dropped.
+        labelled (validation split included), and repeats, are dropped; at least one
+        state must remain.
         """
         started = time.perf_counter()
         cfg = self.config
         out = Path(out)
         if len(data) == 0:
             raise TrainingDataError("no training examples", field="data")
-        pool: list[str] = []
-        if unlabeled is not None:
-            if cfg.head != "prototype":
-                raise TrainingDataError(
-                    "unlabelled states feed the prototype head's pseudo-labels; "
-                    f"they need head='prototype' (got head={cfg.head!r})",
-                    field="unlabeled",
-                )
-            labelled = {ex.state for ex in data.examples}
-            pool = [t for t in dict.fromkeys(unlabeled) if t not in labelled]
+        pool = None if unlabeled is None else self._unlabeled_pool(data, unlabeled)
         out.mkdir(parents=True, exist_ok=True)
         train, val = split(data, cfg.val_fraction, seed=cfg.seed)
         checkpoint = out / CHECKPOINT_DIR
@@ -478,7 +475,7 @@ class Trainer:
             if best["state"] is not None:
                 self._restore(best["state"])
             if cfg.head == "prototype":
-                stats = self.fit_prototypes(train, pool if unlabeled is not None else None)
+                stats = self.fit_prototypes(train, pool)
                 if stats:
                     history.append(stats)
             if cfg.rl_epochs > 0:
@@ -528,6 +525,34 @@ class Trainer:
         )
         shutil.rmtree(checkpoint, ignore_errors=True)
         return TrainResult(out, history, kept, validation, time.perf_counter() - started)
+
+    def _unlabeled_pool(self, data: TrainingSet, unlabeled: Sequence[str]) -> list[str]:
+        """``unlabeled`` without repeats and labelled states; refuses unusable input early."""
+        if self.config.head != "prototype":
+            raise TrainingDataError(
+                "unlabelled states feed the prototype head's pseudo-labels; "
+                f"they need head='prototype' (got head={self.config.head!r})",
+                field="unlabeled",
+            )
+        if isinstance(unlabeled, str):
+            raise TrainingDataError(
+                "unlabeled must be a sequence of states, not one string", field="unlabeled"
+            )
+        for i, state in enumerate(unlabeled):
+            if not isinstance(state, str) or not state.strip():
+                raise TrainingDataError(
+                    f"unlabelled state {i} must be a non-empty string; got {state!r}",
+                    field=f"unlabeled[{i}]",
+                )
+        labelled = {ex.state for ex in data.examples}
+        pool = [t for t in dict.fromkeys(unlabeled) if t not in labelled]
+        if not pool:
+            raise TrainingDataError(
+                f"none of the {len(unlabeled)} unlabelled states is left once the labelled "
+                "states are removed; pass states that carry no label",
+                field="unlabeled",
+            )
+        return pool
 
     def _supervised(
         self,
@@ -787,14 +812,20 @@ class Trainer:
         folded into the stored weights. A validation split, when there is one, is left
         for the calibrator that the trainer fits afterwards.
 
-        ``unlabeled`` states (encoded once) are pseudo-labelled for every question by the
-        head fitted on its labelled states, at most ``pseudo_per_label`` per option, and
-        join a second fit (:class:`~engine.heads.prototype.PrototypeClassifier`); the
-        temperature still comes from the labelled states alone. Returns the history entry
-        of that step (empty without ``unlabeled``).
+        ``unlabeled`` states (encoded once; repeats and states of ``train`` are dropped)
+        are pseudo-labelled for every question by the head fitted on its labelled states,
+        at most ``pseudo_per_label`` per option, and join a second fit
+        (:class:`~engine.heads.prototype.PrototypeClassifier`); the temperature still comes
+        from the labelled states alone. Every question sees every unlabelled state, also
+        in data where each question is asked of only some states. Returns the history
+        entry of that step, ``{"unlabeled_states", "pseudo_labels"}`` (the latter counts
+        (state, question) pairs), or ``{}`` without ``unlabeled``.
         """
         self.model.eval()
-        pool = None if unlabeled is None else self._encode(list(unlabeled))
+        pool = None
+        if unlabeled is not None:
+            labelled = {ex.state for ex in train.examples}
+            pool = self._encode([t for t in dict.fromkeys(unlabeled) if t not in labelled])
         pseudo = 0
         for qid, question in train.questions.items():
             texts, members = self._members(train, qid)

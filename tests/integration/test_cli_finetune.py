@@ -210,11 +210,18 @@ def test_finetune_with_unlabelled_states(tiny_dir, tmp_path, capsys) -> None:
     assert report["config"]["pseudo_per_label"] == 2
     assert report["history"][-1]["unlabeled_states"] == 9
     # Misuse is a usage error naming the fix, not a traceback.
+    train = Path(args[1])  # every state of it is labelled
     for bad, error in [
         (["--unlabeled", str(unlabeled)], "add --head prototype"),
         ([*recipe, "--pseudo-per-label", "2"], "give both"),
+        ([*recipe, "--unlabeled-text-col", "intent"], "give both"),
         ([*recipe, "--unlabeled", str(tmp_path / "none.csv")], "none.csv: no such file"),
         ([*recipe, "--unlabeled", str(unlabeled), "--pseudo-per-label", "0"], "at least 1"),
+        ([*recipe, "--unlabeled", str(train)], "none of the 18 unlabelled states is left"),
+        (
+            [*recipe, "--unlabeled", str(unlabeled), "--unlabeled-text-col", "body"],
+            "no text column 'body'",
+        ),
     ]:
         assert main([*args, *bad]) == 2
         assert error in capsys.readouterr().err

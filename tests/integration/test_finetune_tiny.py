@@ -370,11 +370,25 @@ def test_unlabelled_states_join_the_prototype_heads_with_pseudo_labels(backbone_
         [[r.answers["route"].probabilities[n] for n in names] for r in results], dtype=torch.float64
     )
     assert torch.allclose(got, expected, atol=1e-4)
-    # A cap keeps at most that many per option: 2 x (3 routes + 3 levels + 2 answers).
+    # A cap keeps at most that many per option: 2 x (3 routes + 3 levels + 2 answers); each
+    # question has an option predicted for at least 2 of the 20 states.
     cap = config(head="prototype", val_fraction=0.0, pseudo_per_label=2)
     capped = Trainer(cap, backbone=str(backbone_dir))
     result = capped.fit(data, tmp_path / "capped", unlabeled=pool)
-    assert 2 <= result.history[-1]["pseudo_labels"] <= 16
+    assert 6 <= result.history[-1]["pseudo_labels"] <= 16
+
+
+def test_validation_states_are_not_pseudo_labelled(backbone_dir, tmp_path) -> None:
+    data = route_only(dataset(n=16))
+    cfg = config(head="prototype", val_fraction=0.25)
+    trainer = Trainer(cfg, backbone=str(backbone_dir))
+    labelled = [ex.state for ex in data.examples]
+    result = trainer.fit(data, tmp_path, unlabeled=["a new state", *labelled])
+    # The 4 validation states (and the 12 training states) are labelled: only 1 is left,
+    # and the validation split still calibrates the head.
+    semi = next(h for h in result.history if "pseudo_labels" in h)
+    assert semi == {"unlabeled_states": 1.0, "pseudo_labels": 1.0}
+    assert "accuracy" in result.validation
 
 
 def test_unlabelled_states_need_the_prototype_head(backbone_dir, tmp_path) -> None:
@@ -383,8 +397,23 @@ def test_unlabelled_states_need_the_prototype_head(backbone_dir, tmp_path) -> No
         trainer.fit(dataset(n=12), tmp_path, unlabeled=["a new state"])
     assert info.value.field == "unlabeled"
     assert not (tmp_path / "config.json").exists()
+    prototype = Trainer(config(head="prototype", val_fraction=0.0), backbone=str(backbone_dir))
+    data = dataset(n=12)
+    for bad, field, message in [
+        ("one state", "unlabeled", "not one string"),
+        (["fine", ""], "unlabeled[1]", "state 1 must be a non-empty string"),
+        (["fine", 7], "unlabeled[1]", "got 7"),
+        ([data.examples[0].state], "unlabeled", "none of the 1 unlabelled states is left"),
+        ([], "unlabeled", "none of the 0 unlabelled states is left"),
+    ]:
+        with pytest.raises(TrainingDataError, match=message) as info:
+            prototype.fit(data, tmp_path / "p", unlabeled=bad)  # type: ignore[arg-type]
+        assert info.value.field == field
+    assert not (tmp_path / "p").exists()  # refused before any training
     with pytest.raises(ValueError, match="pseudo_per_label must be at least 1"):
-        TrainConfig(pseudo_per_label=0).check()
+        TrainConfig(head="prototype", pseudo_per_label=0).check()
+    with pytest.raises(ValueError, match="it needs head='prototype'"):
+        TrainConfig(pseudo_per_label=5).check()
 
 
 def test_ema_keeps_the_moving_average_of_the_trained_weights(backbone_dir, tmp_path, monkeypatch):

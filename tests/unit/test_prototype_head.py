@@ -79,7 +79,33 @@ def test_the_temperature_is_fitted_on_labelled_examples_only(monkeypatch) -> Non
     assert fitted.n_pseudo == 100
 
 
+def test_each_fold_pseudo_labels_with_a_head_that_never_saw_the_fold(monkeypatch) -> None:
+    """A held-out label must not reach the pseudo-labels that its own prediction is fitted on."""
+    x, y, u, _ = off_centre_labels()
+    x, y = torch.cat([x, x * 0.99]), torch.cat([y, y])
+    fitted_on: dict[int, int] = {}  # id(weight) -> labelled points the head was fitted on
+    labelling: list[int] = []  # for every pseudo-labelling, the points its head saw
+    real_fit, real_pseudo = prototype._fit, prototype.pseudo_labels
+
+    def fit(xs, ys, n_classes, l2):
+        weight, bias = real_fit(xs, ys, n_classes, l2)
+        fitted_on[id(weight)] = len(xs)
+        return weight, bias
+
+    def pseudo(weight, bias, unlabeled, per_label=None):
+        labelling.append(fitted_on[id(weight)])
+        return real_pseudo(weight, bias, unlabeled, per_label)
+
+    monkeypatch.setattr(prototype, "_fit", fit)
+    monkeypatch.setattr(prototype, "pseudo_labels", pseudo)
+    PrototypeClassifier.fit(x, y, 2, folds=2, unlabeled=u, per_label=50)
+    # The final head labels with all 8; each of the 2 folds with its own 4 training points.
+    assert labelling == [8, 4, 4]
+
+
 def test_bad_pseudo_label_cap_is_refused() -> None:
     x, y, u, _ = off_centre_labels()
     with pytest.raises(ValueError, match="per_label must be at least 1"):
         PrototypeClassifier.fit(x, y, 2, unlabeled=u, per_label=0)
+    with pytest.raises(ValueError, match="per_label must be at least 1"):
+        pseudo_labels(torch.eye(2), torch.zeros(2), u, per_label=-1)

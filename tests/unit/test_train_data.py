@@ -138,7 +138,14 @@ def test_unlabelled_states_are_read_once_each_and_bad_files_are_named(tmp_path) 
     with pytest.raises(TrainingDataError, match="row 2 has an empty 'text'") as info:
         load_unlabeled(write(tmp_path, "b.csv", "text\nfine\n  \n"))
     assert info.value.field == "unlabeled.rows[2].text"
-    with pytest.raises(TrainingDataError, match="no text column 'body'"):
+    other = write(tmp_path, "o.csv", "text,body\nignored,a\nskipped,b\n")
+    assert load_unlabeled(other, text_col="body") == ["a", "b"]  # the column asked for
+    with pytest.raises(TrainingDataError, match="no text column 'body'") as info:
         load_unlabeled(path, text_col="body")
-    with pytest.raises(TrainingDataError, match="no such file"):
+    assert info.value.field == "unlabeled.body"
+    with pytest.raises(TrainingDataError, match="no such file") as info:
         load_unlabeled(tmp_path / "missing.csv")
+    assert info.value.field == "unlabeled"
+    with pytest.raises(TrainingDataError, match=r"not valid JSON \(line 1") as info:
+        load_unlabeled(write(tmp_path, "u.json", '[{"text": "a"'))
+    assert info.value.field == "unlabeled"
