@@ -248,8 +248,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--pseudo-per-label caps the pseudo-labels of --unlabeled; give both")
     if args.unlabeled_text_col is not None and args.unlabeled is None:
         raise UsageError("--unlabeled-text-col names a column of --unlabeled; give both")
-    if args.unlabeled is not None and config.head != "prototype":
-        raise UsageError("--unlabeled feeds the prototype head; add --head prototype")
     unlabeled = None
     if args.unlabeled:
         column = args.unlabeled_text_col or args.text_col

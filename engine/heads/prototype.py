@@ -123,8 +123,6 @@ class PrototypeClassifier:
         ``unlabeled`` (``[M, H]``) adds pseudo-labelled states; ``per_label`` caps them per
         class (``None``: every unlabelled state joins with its predicted class).
         """
-        if per_label is not None and per_label < 1:
-            raise ValueError(f"per_label must be at least 1 (or None); got {per_label}")
         # Fitting may be asked for inside the engine's inference_mode; leave it for autograd
         # and copy the inputs out of inference tensors.
         with torch.inference_mode(False), torch.enable_grad():

@@ -812,20 +812,18 @@ class Trainer:
         folded into the stored weights. A validation split, when there is one, is left
         for the calibrator that the trainer fits afterwards.
 
-        ``unlabeled`` states (encoded once; repeats and states of ``train`` are dropped)
-        are pseudo-labelled for every question by the head fitted on its labelled states,
-        at most ``pseudo_per_label`` per option, and join a second fit
-        (:class:`~engine.heads.prototype.PrototypeClassifier`); the temperature still comes
-        from the labelled states alone. Every question sees every unlabelled state, also
-        in data where each question is asked of only some states. Returns the history
-        entry of that step, ``{"unlabeled_states", "pseudo_labels"}`` (the latter counts
-        (state, question) pairs), or ``{}`` without ``unlabeled``.
+        ``unlabeled`` states (encoded once; :meth:`fit` has already dropped repeats and
+        labelled states, see :meth:`_unlabeled_pool`) are pseudo-labelled for every
+        question by the head fitted on its labelled states, at most ``pseudo_per_label``
+        per option, and join a second fit (:class:`~engine.heads.prototype.PrototypeClassifier`);
+        the temperature still comes from the labelled states alone. Every question sees
+        every unlabelled state, also in data where each question is asked of only some
+        states. Returns the history entry of that step, ``{"unlabeled_states",
+        "pseudo_labels"}`` (the latter counts (state, question) pairs), or ``{}`` without
+        ``unlabeled``.
         """
         self.model.eval()
-        pool = None
-        if unlabeled is not None:
-            labelled = {ex.state for ex in train.examples}
-            pool = self._encode([t for t in dict.fromkeys(unlabeled) if t not in labelled])
+        pool = None if unlabeled is None else self._encode(list(unlabeled))
         pseudo = 0
         for qid, question in train.questions.items():
             texts, members = self._members(train, qid)

@@ -212,7 +212,7 @@ def test_finetune_with_unlabelled_states(tiny_dir, tmp_path, capsys) -> None:
     # Misuse is a usage error naming the fix, not a traceback.
     train = Path(args[1])  # every state of it is labelled
     for bad, error in [
-        (["--unlabeled", str(unlabeled)], "add --head prototype"),
+        (["--unlabeled", str(unlabeled)], "they need head='prototype'"),
         ([*recipe, "--pseudo-per-label", "2"], "give both"),
         ([*recipe, "--unlabeled-text-col", "intent"], "give both"),
         ([*recipe, "--unlabeled", str(tmp_path / "none.csv")], "none.csv: no such file"),
