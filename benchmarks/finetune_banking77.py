@@ -175,20 +175,28 @@ def mean_of(runs: list[dict[str, Any]], path: list[str]) -> float:
     return round(float(np.mean(values)), 4)
 
 
-def save(section: str, payload: Any) -> None:
-    current = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+ENVIRONMENT_NOTE = (
+    "sections were measured at different times; docs/finetune.md says how loaded the 2 "
+    "cores were for each (the ablations and the frozen-backbone full run shared them with "
+    "other jobs, so their wall times are pessimistic)"
+)
+
+
+def save(
+    section: str, payload: Any, *, results: Path = RESULTS, note: str = ENVIRONMENT_NOTE
+) -> None:
+    """Write one section into ``results`` (other sections are kept)."""
+    current = json.loads(results.read_text()) if results.is_file() else {}
     current[section] = payload
     current["environment"] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cpu_threads": torch.get_num_threads(),
         "cpus": os.cpu_count(),
-        "note": "sections were measured at different times; docs/finetune.md says how "
-        "loaded the 2 cores were for each (the ablations and the frozen-backbone full run "
-        "shared them with other jobs, so their wall times are pessimistic)",
+        "note": note,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(current, indent=2) + "\n")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(current, indent=2) + "\n")
 
 
 def main() -> None:

@@ -1,0 +1,273 @@
+"""Probes at the full-set BANKING77 macro-F1 that did not become features.
+
+Each probe changes one thing in the trainer's default recipe from the outside (a
+subclass or a post-hoc step), so the trainer keeps no option for it; docs/finetune.md
+lists them with the other attempts. Results go to
+``benchmarks/results/finetune_probes.json``, one section per probe.
+
+    python benchmarks/finetune_probes.py full-finetune --seed 0   # then --seed 1, 2
+    python benchmarks/finetune_probes.py prior-soup
+
+``full-finetune``: every linear weight of the encoder layers trains at ``--lr`` (default
+1e-4) instead of LoRA adapters; everything else is the default recipe. The trained
+weights are written as an exact LoRA adapter (``B`` = the weight change, ``A`` = the
+identity, scaling 1), so the engine's loader merges them and the evaluation is the
+benchmark's own.
+
+``prior-soup``: trains the default recipe (seed 0) once, then
+  * prior: the test set has 40 states per intent where ``train.csv`` has 35 to 187;
+    logit adjustment (Menon et al. 2021) subtracts ``tau * log(training frequency)`` from
+    each option's temperature-scaled logit, for tau 0, 0.5 and 1, and, as a second form,
+    before the temperature, with the temperature fitted on the validation split weighted
+    to a uniform prior;
+  * soup: a second run from the same start (initialisation seed 0, same validation split)
+    with batch order and dropout from seed 1; the two models' merged backbone weights and
+    head weights are averaged (a uniform model soup, Wortsman et al. 2022), the
+    temperature is fitted again on the validation split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import finetune_banking77 as fb
+
+import engine.train.trainer as trainer_module
+from engine.calibration.temperature import Calibrator, fit_temperature
+from engine.runtime.adapter import ADAPTER_DIR
+from engine.train.data import split
+
+RESULTS = fb.ROOT / "benchmarks" / "results" / "finetune_probes.json"
+QID = "category"
+QUICK = False
+"""``--quick``: 5 training and 3 test states per intent, one epoch, nothing saved."""
+
+
+def save(section: str, payload: Any) -> None:
+    if QUICK:
+        print(json.dumps({section: "not saved (--quick)"}))
+        return
+    note = "one probe at a time on the 2 cores; docs/finetune.md says what else ran beside them"
+    fb.save(section, payload, results=RESULTS, note=note)
+
+
+class FullFineTuner(trainer_module.Trainer):
+    """The default recipe with every encoder linear weight trained (no LoRA adapters)."""
+
+    def build(self, data: Any, train: Any = None) -> None:
+        super().build(data, train)  # builds the head and a LoRA model, replaced below
+        self.model = copy.deepcopy(self.base_model)
+        self.trained_layers: list[str] = []
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        for name, module in self.model.named_modules():
+            if isinstance(module, torch.nn.Linear) and name.startswith("encoder."):
+                module.weight.requires_grad_(True)  # _trainable() names it "lora.<name>"
+                self.trained_layers.append(name)
+        self.model.to(self.device)
+
+    def _write(self, out: Path, data: Any, *args: Any, **kwargs: Any) -> None:
+        from safetensors.torch import save_file
+
+        base = dict(self.base_model.named_modules())
+        tuned = dict(self.model.named_modules())
+        tensors = {}
+        for name in self.trained_layers:
+            delta = (tuned[name].weight.detach() - base[name].weight.detach()).float().cpu()
+            prefix = f"base_model.model.{name}"
+            tensors[f"{prefix}.lora_A.weight"] = torch.eye(delta.shape[1])
+            tensors[f"{prefix}.lora_B.weight"] = delta.contiguous()
+        rank = self.config.lora_rank
+        self.config.lora_rank = 0  # the parent writes no peft adapter then
+        try:
+            super()._write(out, data, *args, **kwargs)
+        finally:
+            self.config.lora_rank = rank
+        adapter = Path(out) / ADAPTER_DIR
+        adapter.mkdir(exist_ok=True)
+        save_file(tensors, str(adapter / "adapter_model.safetensors"))
+        config = {"peft_type": "LORA", "r": 1, "lora_alpha": 1}  # scaling alpha / r = 1
+        (adapter / "adapter_config.json").write_text(json.dumps(config))
+
+
+class SameStartTrainer(trainer_module.Trainer):
+    """Initialisation from ``start_seed``; batch order and dropout from ``config.seed``."""
+
+    start_seed = 0
+
+    def build(self, data: Any, train: Any = None) -> None:
+        seed = self.config.seed
+        self.config.seed = self.start_seed
+        try:
+            super().build(data, train)
+        finally:
+            self.config.seed = seed
+
+
+def load() -> tuple[Any, Any]:
+    root = fb.data_dir()
+    train = fb.load_training_data(root / "train.csv", label_col=QID)
+    test = fb.load_eval_data(root / "test.csv", {QID: train.questions[QID]}, label_col=QID)
+    if QUICK:
+        return fb.sample_per_label(train, 5, seed=0), fb.sample_per_label(test, 3, seed=0)
+    return train, test
+
+
+def config(**kw: Any) -> Any:
+    return fb.TrainConfig(progress=False, **({"epochs": 1} if QUICK else {}), **kw)
+
+
+def _logits(engine: Any, data: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Uncalibrated logits (log of the raw head's probabilities) and labels."""
+    question = data.questions[QID]
+    engine.calibrator = Calibrator(source="identity")
+    texts = [ex.state for ex in data.examples]
+    raw = fb._probabilities(engine, texts, QID, question)
+    labels = np.array([ex.labels[QID] for ex in data.examples])
+    return np.log(np.clip(raw, 1e-300, 1.0)), labels
+
+
+def _metrics(logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    out = fb._metrics(p, labels)
+    recall = [float((p.argmax(1)[labels == c] == c).mean()) for c in np.unique(labels)]
+    out["balanced_accuracy"] = round(float(np.mean(recall)) * 100, 2)
+    return out
+
+
+def _weighted_temperature(logits: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> float:
+    log_t = torch.zeros(1, requires_grad=True)
+    z, y, w = torch.tensor(logits), torch.tensor(labels), torch.tensor(weights)
+    opt = torch.optim.LBFGS([log_t], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        nll = torch.nn.functional.cross_entropy(z / log_t.exp(), y, reduction="none")
+        loss = (nll * w).sum() / w.sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return float(log_t.detach().exp())
+
+
+def full_finetune(seed: int, lr: float) -> None:
+    train, test = load()
+    fb.Trainer = FullFineTuner  # fb.run builds its trainer from this name
+    name = f"full_finetune_lr{lr:g}" + (f"_seed{seed}" if seed else "")
+    save(name, fb.run(name, train, test, config(seed=seed, lr=lr), int8=False))
+
+
+def prior_soup() -> None:
+    train, test = load()
+    fitted, val = split(train, fb.TrainConfig().val_fraction, seed=0)  # as the trainer does
+    n = len(train.questions[QID].option_specs())
+    with tempfile.TemporaryDirectory(prefix="clef-probe-") as tmp:
+        members = [Path(tmp) / "seed0", Path(tmp) / "start0_order1"]
+        seconds = []
+        for directory, trainer in (
+            (members[0], trainer_module.Trainer(config(seed=0))),
+            (members[1], SameStartTrainer(config(seed=1))),
+        ):
+            # The validation split follows the seed; both members keep seed 0's.
+            started = time.perf_counter()
+            trainer_module.split = _split_of_seed0
+            try:
+                trainer.fit(train, directory)
+            finally:
+                trainer_module.split = split
+            seconds.append(round(time.perf_counter() - started, 1))
+        engines = [fb.DecisionEngine.from_pretrained(d) for d in members]
+
+        # Prior: logit adjustment towards a uniform prior over the intents.
+        counts = np.bincount([ex.labels[QID] for ex in fitted.examples], minlength=n)
+        log_prior = np.log(counts / counts.sum())
+        temperature = engines[0].calibrator.temperature("choice", n)
+        val_z, val_y = _logits(engines[0], val)
+        test_z, test_y = _logits(engines[0], test)
+        weights = np.exp(-log_prior)[val_y] / n  # uniform / training prior, per state
+        weighted_t = _weighted_temperature(val_z - log_prior, val_y, weights)
+        prior: dict[str, Any] = {
+            "train_seconds": seconds[0],
+            "training_counts": {"min": int(counts.min()), "max": int(counts.max())},
+            "temperature": round(temperature, 4),
+            "weighted_temperature_after_adjustment": round(weighted_t, 4),
+        }
+        for split_name, z, y in (("validation", val_z, val_y), ("test", test_z, test_y)):
+            for tau in (0.0, 0.5, 1.0):
+                prior[f"{split_name}_tau{tau:g}"] = _metrics(z / temperature - tau * log_prior, y)
+            prior[f"{split_name}_before_temperature_weighted_fit"] = _metrics(
+                (z - log_prior) / weighted_t, y
+            )
+        save("full_prior_adjustment", prior)
+
+        # Soup: average the two members' merged weights and heads.
+        soup: dict[str, Any] = {"train_seconds": seconds}
+        for tag, engine in zip(("seed0", "start0_order1"), engines, strict=True):
+            soup[tag] = _calibrated(engine, val, test)
+        with torch.no_grad():
+            for part in ("backbone", "head"):
+                modules = [
+                    e.backbone.model if part == "backbone" else e.head.module for e in engines
+                ]
+                states = [m.state_dict() for m in modules]
+                averaged = {
+                    k: sum(s[k].float() for s in states) / len(states)
+                    if states[0][k].is_floating_point()
+                    else states[0][k]
+                    for k in states[0]
+                }
+                modules[0].load_state_dict(averaged)
+        soup["soup"] = _calibrated(engines[0], val, test)
+        save("full_soup_2", soup)
+
+
+def _split_of_seed0(data: Any, fraction: float, *, seed: int = 0) -> Any:
+    return split(data, fraction, seed=0)
+
+
+def _calibrated(engine: Any, val: Any, test: Any) -> dict[str, Any]:
+    """Temperature fitted on the validation split, metrics on both splits."""
+    val_z, val_y = _logits(engine, val)
+    test_z, test_y = _logits(engine, test)
+    t = fit_temperature(torch.tensor(val_z), torch.tensor(val_y))
+    out = {
+        "temperature": round(t, 4),
+        "validation": _metrics(val_z / t, val_y),
+        "test": _metrics(test_z / t, test_y),
+    }
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("probe", choices=["full-finetune", "prior-soup"])
+    parser.add_argument("--seed", type=int, default=0, help="full-finetune: the recipe's seed")
+    parser.add_argument("--lr", type=float, default=1e-4, help="full-finetune: learning rate")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="a smoke run; saves nothing")
+    args = parser.parse_args()
+    global QUICK
+    QUICK = args.quick
+    torch.set_num_threads(args.threads)
+    if args.probe == "full-finetune":
+        full_finetune(args.seed, args.lr)
+    else:
+        prior_soup()
+
+
+if __name__ == "__main__":
+    main()
