@@ -279,6 +279,18 @@ def main() -> None:
         default=None,
         help="with --unlabeled: at most N pseudo-labels per intent (own sections ..._capN)",
     )
+    parser.add_argument(
+        "--brier-weight",
+        type=float,
+        default=None,
+        help="full-set runs: the Brier weight when not 0.5 (own section full_brierW)",
+    )
+    parser.add_argument(
+        "--label-smoothing",
+        type=float,
+        default=None,
+        help="full-set runs: label smoothing when not 0.1 (own section full_smoothingS)",
+    )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--variants", default=None, help="ablations to run (comma-separated)")
@@ -427,14 +439,17 @@ def main() -> None:
         "use_dora": "dora",
         "lora_plus_ratio": "loraplus",
         "refit": "refit",
+        "brier_weight": "brier",
+        "label_smoothing": "smoothing",
     }
+    zero_is_a_value = {"brier_weight", "label_smoothing"}  # 0 switches the term off
     for section, (name, kw) in full_runs.items():
         if section in sections:
             data = sample_per_label(train, 5, seed=0) if args.quick else train
             # A variant of the recipe gets its own section: full_contrastive60, full_ema0.998...
             for flag, tag in variant_tags.items():
                 value = getattr(args, flag)
-                if value:
+                if value or (flag in zero_is_a_value and value is not None):
                     name = f"{name}_{tag}" + ("" if value is True else f"{value:g}")
                     if flag != "epochs":  # config() applies --epochs to every run
                         kw = {**kw, flag: value}
