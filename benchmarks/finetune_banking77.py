@@ -182,11 +182,19 @@ ENVIRONMENT_NOTE = (
 )
 
 
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {name: version(name) for name in ("transformers", "peft", "tokenizers", "numpy")}
+
+
 def save(
     section: str, payload: Any, *, results: Path = RESULTS, note: str = ENVIRONMENT_NOTE
 ) -> None:
     """Write one section into ``results`` (other sections are kept)."""
     current = json.loads(results.read_text()) if results.is_file() else {}
+    if isinstance(payload, dict):  # numerics follow these versions, so each section keeps its own
+        payload = {**payload, "packages": package_versions()}
     current[section] = payload
     current["environment"] = {
         "python": platform.python_version(),
@@ -290,6 +298,19 @@ def main() -> None:
         type=float,
         default=None,
         help="full-set runs: label smoothing when not 0.1 (own section full_smoothingS)",
+    )
+    parser.add_argument(
+        "--rl-epochs",
+        type=int,
+        default=None,
+        help="full-set runs: an RL stage of N epochs after the supervised one (own section "
+        "full_rlN)",
+    )
+    parser.add_argument(
+        "--no-evidence-head",
+        action="store_true",
+        help="full-set runs: cosine scores against the option bank, no evidence head (own "
+        "section full_noevidence)",
     )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -441,6 +462,7 @@ def main() -> None:
         "refit": "refit",
         "brier_weight": "brier",
         "label_smoothing": "smoothing",
+        "rl_epochs": "rl",
     }
     zero_is_a_value = {"brier_weight", "label_smoothing"}  # 0 switches the term off
     for section, (name, kw) in full_runs.items():
@@ -453,6 +475,8 @@ def main() -> None:
                     name = f"{name}_{tag}" + ("" if value is True else f"{value:g}")
                     if flag != "epochs":  # config() applies --epochs to every run
                         kw = {**kw, flag: value}
+            if args.no_evidence_head:
+                name, kw = f"{name}_noevidence", {**kw, "evidence": False}
             if args.seed:
                 name, kw = f"{name}_seed{args.seed}", {**kw, "seed": args.seed}
             save(name, run(name, data, test, config(**kw), int8=not args.no_int8))
