@@ -7,6 +7,7 @@ lists them with the other attempts. Results go to
 
     python benchmarks/finetune_probes.py full-finetune --seed 0   # then --seed 1, 2
     python benchmarks/finetune_probes.py prior-soup
+    python benchmarks/finetune_probes.py knn --seed 0   # then --seed 1, 2
 
 ``full-finetune``: every linear weight of the encoder layers trains at ``--lr`` (default
 1e-4) instead of LoRA adapters; everything else is the default recipe. The trained
@@ -24,6 +25,15 @@ benchmark's own.
     with batch order and dropout from seed 1; the two models' merged backbone weights and
     head weights are averaged (a uniform model soup, Wortsman et al. 2022), the
     temperature is fitted again on the validation split.
+
+``knn`` (``--seed N``): trains the default recipe once, then mixes its temperature-scaled
+probabilities with a k-nearest-neighbour vote over the fine-tuned backbone's pooled
+vectors of the training states (the trainer's fitted part; the validation split stays out
+of the memory): ``p = (1 - lam) * p_model + lam * p_knn``, with
+``p_knn(y) ∝ sum over the k nearest of exp(cos / tau)`` for those labelled ``y``
+(kNN-LM, Khandelwal et al. 2020). ``k``, ``tau`` and ``lam`` are chosen on the
+validation split by NLL, and the temperature of the mixture is fitted there again; the
+test set is scored once with the choice.
 """
 
 from __future__ import annotations
@@ -234,6 +244,88 @@ def prior_soup() -> None:
         save("full_soup_2", soup)
 
 
+def knn(seed: int) -> None:
+    train, test = load()
+    fitted, val = split(train, fb.TrainConfig().val_fraction, seed=seed)  # as the trainer does
+    n = len(train.questions[QID].option_specs())
+    with tempfile.TemporaryDirectory(prefix="clef-probe-") as tmp:
+        started = time.perf_counter()
+        trainer_module.Trainer(config(seed=seed)).fit(train, Path(tmp))
+        seconds = round(time.perf_counter() - started, 1)
+        engine = fb.DecisionEngine.from_pretrained(Path(tmp))
+        temperature = engine.calibrator.temperature("choice", n)
+
+        def vectors(data: Any) -> np.ndarray:
+            texts = [ex.state for ex in data.examples]
+            return engine.backbone.encode(texts).pooled.cpu().numpy()
+
+        started = time.perf_counter()
+        memory = vectors(fitted)
+        memory_y = np.array([ex.labels[QID] for ex in fitted.examples])
+        memory_seconds = round(time.perf_counter() - started, 1)
+        split_data = {"validation": val, "test": test}
+        z = {k: _logits(engine, d) for k, d in split_data.items()}
+        sims = {k: vectors(d) @ memory.T for k, d in split_data.items()}
+
+    def model_p(name: str) -> np.ndarray:
+        logits = z[name][0] / temperature
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        return p / p.sum(1, keepdims=True)
+
+    def knn_p(name: str, k: int, tau: float) -> np.ndarray:
+        s = sims[name]
+        top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+        near = np.take_along_axis(s, top, axis=1)
+        w = np.exp((near - near.max(1, keepdims=True)) / tau)
+        p = np.zeros((len(s), n))
+        np.add.at(p, (np.arange(len(s))[:, None], memory_y[top]), w)
+        return p / p.sum(1, keepdims=True)
+
+    def mixed(name: str, k: int, tau: float, lam: float) -> np.ndarray:
+        return np.log(np.clip((1 - lam) * model_p(name) + lam * knn_p(name, k, tau), 1e-12, 1))
+
+    val_y, test_y = z["validation"][1], z["test"][1]
+    grid: list[dict[str, Any]] = [
+        {"k": k, "tau": tau, "lam": lam}
+        for k in (5, 10, 20, 50)
+        for tau in (0.02, 0.05, 0.1)
+        for lam in (0.1, 0.2, 0.3, 0.5, 0.7)
+    ]
+    scored = []
+    for g in grid:
+        m = _metrics(mixed("validation", g["k"], g["tau"], g["lam"]), val_y)
+        scored.append({**g, "validation_nll": m["nll"], "validation_accuracy": m["accuracy"]})
+    best = min(scored, key=lambda r: r["validation_nll"])
+    k, tau, lam = best["k"], best["tau"], best["lam"]
+    val_mix = mixed("validation", k, tau, lam)
+    t = fit_temperature(torch.tensor(val_mix), torch.tensor(val_y))
+    result: dict[str, Any] = {
+        "train_seconds": seconds,
+        "memory_states": len(memory_y),
+        "memory_seconds": memory_seconds,
+        "temperature": round(temperature, 4),
+        "model": {
+            "validation": _metrics(np.log(model_p("validation")), val_y),
+            "test": _metrics(np.log(model_p("test")), test_y),
+        },
+        "knn_alone": {
+            "validation": _metrics(np.log(np.clip(knn_p("validation", k, tau), 1e-12, 1)), val_y),
+            "test": _metrics(np.log(np.clip(knn_p("test", k, tau), 1e-12, 1)), test_y),
+        },
+        "chosen": {
+            "k": k,
+            "tau": tau,
+            "lam": lam,
+            "mixture_temperature": round(t, 4),
+            "validation": _metrics(val_mix / t, val_y),
+            "test": _metrics(mixed("test", k, tau, lam) / t, test_y),
+        },
+        "validation_grid": scored,
+    }
+    print(json.dumps({key: result[key] for key in ("model", "knn_alone", "chosen")}), flush=True)
+    save("full_knn_mixture" + (f"_seed{seed}" if seed else ""), result)
+
+
 def _split_of_seed0(data: Any, fraction: float, *, seed: int = 0) -> Any:
     return split(data, fraction, seed=0)
 
@@ -254,8 +346,10 @@ def _calibrated(engine: Any, val: Any, test: Any) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("probe", choices=["full-finetune", "prior-soup"])
-    parser.add_argument("--seed", type=int, default=0, help="full-finetune: the recipe's seed")
+    parser.add_argument("probe", choices=["full-finetune", "prior-soup", "knn"])
+    parser.add_argument(
+        "--seed", type=int, default=0, help="full-finetune and knn: the recipe's seed"
+    )
     parser.add_argument("--lr", type=float, default=1e-4, help="full-finetune: learning rate")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a smoke run; saves nothing")
@@ -265,6 +359,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.probe == "full-finetune":
         full_finetune(args.seed, args.lr)
+    elif args.probe == "knn":
+        knn(args.seed)
     else:
         prior_soup()
 
