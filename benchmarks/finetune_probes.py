@@ -281,8 +281,11 @@ def knn(seed: int) -> None:
         np.add.at(p, (np.arange(len(s))[:, None], memory_y[top]), w)
         return p / p.sum(1, keepdims=True)
 
+    def log(p: np.ndarray) -> np.ndarray:
+        return np.log(np.clip(p, 1e-12, 1))
+
     def mixed(name: str, k: int, tau: float, lam: float) -> np.ndarray:
-        return np.log(np.clip((1 - lam) * model_p(name) + lam * knn_p(name, k, tau), 1e-12, 1))
+        return log((1 - lam) * model_p(name) + lam * knn_p(name, k, tau))
 
     val_y, test_y = z["validation"][1], z["test"][1]
     grid: list[dict[str, Any]] = [
@@ -305,12 +308,12 @@ def knn(seed: int) -> None:
         "memory_seconds": memory_seconds,
         "temperature": round(temperature, 4),
         "model": {
-            "validation": _metrics(np.log(model_p("validation")), val_y),
-            "test": _metrics(np.log(model_p("test")), test_y),
+            "validation": _metrics(log(model_p("validation")), val_y),
+            "test": _metrics(log(model_p("test")), test_y),
         },
         "knn_alone": {
-            "validation": _metrics(np.log(np.clip(knn_p("validation", k, tau), 1e-12, 1)), val_y),
-            "test": _metrics(np.log(np.clip(knn_p("test", k, tau), 1e-12, 1)), test_y),
+            "validation": _metrics(log(knn_p("validation", k, tau)), val_y),
+            "test": _metrics(log(knn_p("test", k, tau)), test_y),
         },
         "chosen": {
             "k": k,
