@@ -25,7 +25,8 @@ def register(sub: Any) -> None:
         help="calibrate a model dir on held-out labelled data",
         description=(
             "Fit a temperature per (question type, option-count bucket), optionally "
-            "histogram binning, on labelled data, and save it into the model dir."
+            "histogram binning, on labelled data, and save it into the model dir. A model "
+            "with an example memory gets its mixture settings chosen again on the same data."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -100,6 +101,45 @@ def _metrics(probs: list[list[float]], labels: list[int]) -> dict[str, float]:
     return {k: round(float(np.average(v, weights=weights)), 4) for k, v in out.items()}
 
 
+def _refit_memory(
+    engine: Any,
+    memory: Any,
+    data: Any,
+    asked: list[tuple[str, str]],
+    probs: list[list[float]],
+    labels: list[int],
+) -> dict[str, dict[str, float]]:
+    """Choose each example memory's settings again on the held-out rows, under the new
+    calibration (``probs``); a question whose memory no longer lowers their NLL drops it.
+    Changes ``memory`` in place; returns the fit's report per question id."""
+    import torch
+
+    from engine.heads.memory import refit_question_memory
+
+    reports: dict[str, dict[str, float]] = {}
+    for qid, question in data.questions.items():
+        qtype = str(question.type)
+        names = [s.name for s in question.option_specs()]
+        stored = memory.get(qtype, names)
+        rows = [i for i, (q, _) in enumerate(asked) if q == qid]
+        if stored is None or not rows:
+            continue
+        pooled = engine.backbone.encode([asked[i][1] for i in rows]).pooled.float()
+        fitted, reports[qid] = refit_question_memory(
+            stored,
+            pooled,
+            torch.tensor([probs[i] for i in rows], dtype=torch.float64),
+            torch.tensor([labels[i] for i in rows]),
+            names,
+        )
+        fp = next(k for k, v in memory.questions.items() if v is stored)
+        if fitted is None:
+            del memory.questions[fp]
+        else:
+            memory.questions[fp] = fitted
+    return reports
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -128,11 +168,15 @@ def run(args: argparse.Namespace) -> int:
         strict_labels=questions is not None,
     )
     trained = hasattr(engine.head, "module")
+    memory = getattr(engine.head, "memory", None)
     old = engine.calibrator
     engine.calibrator = Calibrator(source="identity")
+    if memory is not None:
+        engine.head.memory = None  # type: ignore[attr-defined]  # the head alone
     logits: list[torch.Tensor] = []
     labels: list[int] = []
     types: list[str] = []
+    asked: list[tuple[str, str]] = []  # (question id, state) of each row
     for start in range(0, len(data), 256):
         chunk = data.examples[start : start + 256]
         results = engine.decide_batch(
@@ -155,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
                 logits.append(torch.tensor(p, dtype=torch.float64).clamp(min=1e-300).log())
                 labels.append(label)
                 types.append(qtype)
+                asked.append((qid, ex.state))
     if not logits:
         raise UsageError(f"{args.data}: no labelled questions that calibration can fit")
     new = fit_calibrator(
@@ -182,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
         "temperatures": new.to_dict()["temperatures"],
         "histograms": sorted(new.histograms),
     }
+    if memory is not None:
+        summary["memory"] = _refit_memory(engine, memory, data, asked, after, labels)
+        engine.head.memory = memory if memory.questions else None  # type: ignore[attr-defined]
     if args.diagram:
         import numpy as np
 
@@ -204,6 +252,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             config = model_dir.read_config(directory)
             config["calibration"] = new.to_dict()
+            if memory is not None:
+                config["head"].pop("memory", None)
+                if memory.questions:
+                    config["head"]["memory"] = memory.save(directory)
             (directory / model_dir.CONFIG).write_text(
                 json.dumps(config, indent=2, sort_keys=True) + "\n"
             )

@@ -158,6 +158,19 @@ def register(sub: Any) -> None:
         help="JSON {question: [[...]]} option similarities for RL partial credit",
     )
     p.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="keep no example memory (by default the training states' vectors vote with the "
+        "head where that lowers the validation NLL)",
+    )
+    p.add_argument(
+        "--memory-max-states",
+        type=int,
+        default=None,
+        metavar="N",
+        help="example memory: at most N states per question (default 100000)",
+    )
+    p.add_argument(
         "--histogram",
         action="store_true",
         help="also fit histogram binning (kept where a 5-fold check lowers ECE)",
@@ -196,6 +209,7 @@ _FIELDS = (
     "rdrop_weight",
     "ema_decay",
     "refit",
+    "memory_max_states",
     "seed",
     "device",
 )
@@ -235,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
         kwargs["similarity"] = load_structured(args.similarity)
     kwargs.update(
         evidence=not args.no_head,
+        memory=not args.no_memory,
         histogram=args.histogram,
         progress=not args.quiet,
         group_by_length=not args.no_group_by_length,
@@ -263,6 +278,7 @@ def run(args: argparse.Namespace) -> int:
         "best_epoch": result.best_epoch,
         **({k: int(semi[k]) for k in ("unlabeled_states", "pseudo_labels")} if semi else {}),
         "validation": {k: round(v, 4) for k, v in result.validation.items()},
+        **({"memory": result.memory} if result.memory else {}),
         "seconds": round(result.seconds, 1),
     }
     sys.stdout.write(json.dumps(summary, indent=2) + "\n")

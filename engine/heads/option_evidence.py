@@ -252,18 +252,12 @@ class OptionEvidenceHead(nn.Module):
 
     @classmethod
     def load(cls, directory: Path, description: dict[str, Any]) -> OptionEvidenceHead:
-        from safetensors.torch import load_file
-
         from engine.errors import ModelLoadError
 
+        state = load_weights(directory, HEAD_FILE, "a head")
         path = directory / HEAD_FILE
-        if not path.is_file():
-            raise ModelLoadError(
-                f"model dir {str(directory)!r} names a head but has no {HEAD_FILE}"
-            )
         try:
             head = cls(HeadConfig.from_dict(description["config"]))
-            state = load_file(str(path))
             for fp, info in (description.get("questions") or {}).items():
                 vectors = state[f"bank.{fp}"]
                 head.bank[fp] = nn.Parameter(vectors)
@@ -279,6 +273,21 @@ class OptionEvidenceHead(nn.Module):
             ) from exc
         head.eval()
         return head
+
+
+def load_weights(directory: Path, filename: str, what: str) -> dict[str, torch.Tensor]:
+    """The tensors of ``directory/filename``, which the model dir's config names as ``what``."""
+    from safetensors.torch import load_file
+
+    from engine.errors import ModelLoadError
+
+    path = directory / filename
+    if not path.is_file():
+        raise ModelLoadError(f"model dir {str(directory)!r} names {what} but has no {filename}")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors' own error type for a damaged file, or OSError
+        raise ModelLoadError(f"{path}: cannot read the weights ({exc})") from exc
 
 
 def pad_tokens(states: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

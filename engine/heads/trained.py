@@ -4,7 +4,9 @@ Questions the head was trained on (same type and option names) are scored by the
 :class:`~engine.heads.option_evidence.OptionEvidenceHead` on the adapted backbone's token
 states (or, for a question trained with ``head="prototype"``, by the linear prototype
 head stored with it, on the adapted pooled vector), then calibrated (temperature,
-optional histogram binning). Every other question is answered zero-shot by the *base*
+optional histogram binning) and, where the model dir has an example memory for the
+question (:mod:`engine.heads.memory`), mixed with the vote of its nearest training
+states. Every other question is answered zero-shot by the *base*
 backbone (the adapter is not applied), exactly as an engine without a trained head would
 answer it; that base backbone is loaded the first time such a question arrives.
 
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from engine.calibration.temperature import Calibrator
+from engine.heads.memory import ExampleMemory
 from engine.heads.option_evidence import OptionEvidenceHead, fingerprint, pad_tokens
 from engine.heads.zero_shot import ZeroShotHead, prepare
 from engine.schema.questions import _Question
@@ -44,7 +47,8 @@ class TrainedHead:
         base_engine: Builds the engine that answers untrained questions zero-shot.
         scope: ``"trained"`` (default): the head answers only questions it was trained on;
             ``"all"``: it answers every question (unknown options use their text embedding).
-        digest: Hash of the head weights, part of the engine's model version.
+        digest: Hash of the head weights (and memory), part of the engine's model version.
+        memory: Example memories of trained questions (``None``: none).
     """
 
     needs_token_states = True
@@ -57,6 +61,7 @@ class TrainedHead:
         base_engine: Callable[[], DecisionEngine] | None = None,
         scope: str = "trained",
         digest: str = "",
+        memory: ExampleMemory | None = None,
     ) -> None:
         if scope not in ("trained", "all"):
             raise ValueError(f"scope must be 'trained' or 'all'; got {scope!r}")
@@ -64,6 +69,8 @@ class TrainedHead:
         self.calibrator = calibrator or Calibrator(source="identity")
         self.scope = scope
         self.fingerprint = digest
+        self.memory = memory
+        """Set to ``None`` to score with the head alone (e.g. to refit its calibration)."""
         self._make_base = base_engine
         self._base: DecisionEngine | None = None
         self._lock = threading.Lock()
@@ -74,6 +81,8 @@ class TrainedHead:
     def save(self, directory: Path) -> dict[str, Any]:
         """Write ``head.safetensors`` (and copy ``adapter/``); returns ``config.json["head"]``."""
         description = self.module.save(directory)
+        if self.memory:
+            description["memory"] = self.memory.save(directory)
         if self.scope != "trained":
             description["scope"] = self.scope
         source = self.adapter_source
@@ -194,7 +203,11 @@ class TrainedHead:
                 states.to(device), mask.to(device), pooled.to(device), options, question_type
             )
         logits = self.calibrator.scale(raw.double(), question_type, len(names))
-        return self.calibrator.adjust(torch.softmax(logits, dim=-1), question_type, len(names))
+        probs = self.calibrator.adjust(torch.softmax(logits, dim=-1), question_type, len(names))
+        memory = self.memory.get(question_type, names) if self.memory else None
+        if memory is not None:
+            probs = memory.mix(probs, pooled.to(device), names)
+        return probs
 
 
 def weights_digest(path: Any) -> str:

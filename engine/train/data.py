@@ -72,6 +72,13 @@ class TrainingSet:
     def subset(self, indices: Sequence[int]) -> TrainingSet:
         return TrainingSet(self.questions, [self.examples[i] for i in indices], self.source)
 
+    def only(self, qid: str) -> TrainingSet:
+        """The states labelled for question ``qid``, each with that one label."""
+        examples = [
+            Example(ex.state, {qid: ex.labels[qid]}) for ex in self.examples if qid in ex.labels
+        ]
+        return TrainingSet({qid: self.questions[qid]}, examples, self.source)
+
     def pairs(self) -> list[tuple[int, str, int]]:
         """``(example index, question id, label)`` for every label."""
         return [(i, q, y) for i, ex in enumerate(self.examples) for q, y in ex.labels.items()]

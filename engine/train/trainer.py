@@ -18,8 +18,13 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
    pseudo-labels from the head fitted on the labelled states join a second fit);
 5. optionally an RL stage (:mod:`engine.train.rl`) on the head;
 6. fit temperatures (and optional histogram binning) on the validation split;
-7. write a model dir: ``config.json``, ``head.safetensors``, ``adapter/`` (peft format),
-   ``training.json``. ``DecisionEngine.from_pretrained(out)`` loads it.
+7. ``memory=True`` (default): an example memory per question, the adapted vectors of its
+   training states, whose nearest-neighbour vote is mixed with the head's probabilities
+   (:mod:`engine.heads.memory`; settings chosen on the validation split, none kept where
+   it does not lower the validation NLL);
+8. write a model dir: ``config.json``, ``head.safetensors``, ``memory.safetensors``,
+   ``adapter/`` (peft format), ``training.json``. ``DecisionEngine.from_pretrained(out)``
+   loads it.
 
 Example:
     >>> from engine.train import Trainer, TrainConfig, load_training_data
@@ -49,6 +54,7 @@ from engine.calibration.fit import fit_calibrator
 from engine.calibration.metrics import expected_calibration_error
 from engine.calibration.temperature import Calibrator
 from engine.errors import peft_quietly, require
+from engine.heads.memory import MEMORY_FILE, ExampleMemory, fit_question_memory
 from engine.heads.option_evidence import (
     HEAD_FILE,
     HeadConfig,
@@ -153,6 +159,15 @@ class TrainConfig:
     """Per choice question id, an option-similarity matrix in [0, 1] (RL partial credit)."""
     histogram: bool = False
     """Fit histogram binning after the temperature (needs a large validation split)."""
+    memory: bool = True
+    """Keep an example memory per question (:mod:`engine.heads.memory`): the adapted vectors
+    of its training states vote with the head (kNN mixture), with ``k``, ``tau``, the
+    mixture weight and its temperature chosen on the validation split; a question keeps
+    none where no mixture lowers the validation NLL. Needs a validation split
+    (``val_fraction > 0``); without one, or with ``refit``, no memory is fitted."""
+    memory_max_states: int = 100_000
+    """Memory states per question at most (a seeded random sample beyond that); each costs
+    ``4 * hidden_size`` bytes on disk and one dot product per decision."""
     rdrop_weight: float = 0.0
     """R-Drop (Liang et al., 2021): every batch runs through the model twice, with two
     dropout draws, and the loss adds this weight times the symmetric KL divergence between
@@ -233,6 +248,8 @@ class TrainConfig:
             raise ValueError(f"rdrop_weight must be non-negative; got {self.rdrop_weight}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must be in [0, 1); got {self.ema_decay}")
+        if self.memory_max_states < 1:
+            raise ValueError(f"memory_max_states must be at least 1; got {self.memory_max_states}")
         if self.bank_init not in ("text", "examples"):
             raise ValueError(f"bank_init must be 'text' or 'examples'; got {self.bank_init!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
@@ -250,6 +267,8 @@ class TrainResult:
     best_epoch: int
     validation: dict[str, float]
     seconds: float
+    memory: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per question id, the report of its example memory's fit (``fit_question_memory``)."""
 
 
 def _default_targets(model: torch.nn.Module) -> list[str]:
@@ -283,6 +302,7 @@ class Trainer:
     ) -> None:
         self.config = config or TrainConfig()
         self._ema: dict[str, torch.Tensor] | None = None  # ema_decay's average, during fit
+        self.memory: ExampleMemory | None = None
         self.config.check()
         self._backbone_arg = backbone
 
@@ -460,6 +480,7 @@ class Trainer:
         selection = checkpoint / SELECTION_FILE
         validation: dict[str, float] = {}
         calibration: Calibrator | None = None
+        self.memory, memory = None, {}
         if resume and cfg.refit and selection.is_file():  # the selection run had finished
             chosen = json.loads(selection.read_text())
             history, kept = chosen["history"], int(chosen["best_epoch"])
@@ -494,6 +515,8 @@ class Trainer:
                 )
                 validation = dict(metrics)
                 validation["ece_calibrated"] = _ece_after(calibration, val_logits, labels, types)
+                if cfg.memory and not cfg.refit:  # the refit model has no held-out states
+                    memory = self.fit_memory(train, val, calibration)
             if cfg.refit:
                 chosen = {
                     "history": history,
@@ -522,9 +545,10 @@ class Trainer:
             kept,
             validation,
             time.perf_counter() - started,
+            memory,
         )
         shutil.rmtree(checkpoint, ignore_errors=True)
-        return TrainResult(out, history, kept, validation, time.perf_counter() - started)
+        return TrainResult(out, history, kept, validation, time.perf_counter() - started, memory)
 
     def _unlabeled_pool(self, data: TrainingSet, unlabeled: Sequence[str]) -> list[str]:
         """``unlabeled`` without repeats and labelled states; refuses unusable input early."""
@@ -851,6 +875,59 @@ class Trainer:
             return {}
         return {"unlabeled_states": float(len(pool)), "pseudo_labels": float(pseudo)}
 
+    # -- example memory ------------------------------------------------------------------
+
+    @torch.no_grad()
+    def fit_memory(
+        self, train: TrainingSet, val: TrainingSet, calibration: Calibrator
+    ) -> dict[str, dict[str, float]]:
+        """An example memory per question (:mod:`engine.heads.memory`) into ``self.memory``.
+
+        The memory holds the adapted vectors of the question's states in ``train`` (at most
+        ``memory_max_states``); ``k``, ``tau``, the mixture weight and its temperature are
+        chosen on ``val`` against the head's probabilities under ``calibration``. Returns
+        the fit's report per question id.
+        """
+        cfg = self.config
+        self.memory = ExampleMemory()
+        reports: dict[str, dict[str, float]] = {}
+        rng = random.Random(cfg.seed)
+        for qid, question in train.questions.items():
+            qtype = str(question.type)  # type: ignore[attr-defined]
+            held = val.only(qid)
+            states = [(ex.state, ex.labels[qid]) for ex in train.examples if qid in ex.labels]
+            if not held.examples or not states:
+                continue
+            if len(states) > cfg.memory_max_states:
+                states = rng.sample(states, cfg.memory_max_states)
+            _, logits, labels, _ = self.evaluate(held)
+            rows, n = torch.stack(logits), len(train.names(qid))
+            scaled = torch.softmax(calibration.scale(rows, qtype, n), dim=-1)
+            fitted, reports[qid] = fit_question_memory(
+                self._engine_vectors([state for state, _ in states]),
+                torch.tensor([label for _, label in states]),
+                train.names(qid),
+                self._engine_vectors([ex.state for ex in held.examples]),
+                calibration.adjust(scaled, qtype, n),
+                torch.tensor(labels),
+            )
+            if fitted is not None:
+                self.memory.add(qtype, fitted)
+        if not self.memory:
+            self.memory = None
+        return reports
+
+    def _engine_vectors(self, texts: list[str]) -> torch.Tensor:
+        """Adapted pooled vectors of ``texts`` as the loaded model dir computes them: the
+        backbone's own windowed encoding (no ``max_length`` truncation) through the adapted
+        model (``[N, H]``, CPU)."""
+        self.model.eval()
+        base, self.backbone.model = self.backbone.model, self.model
+        try:
+            return self.backbone.encode(texts).pooled.float().cpu()
+        finally:
+            self.backbone.model = base
+
     # -- RL stage ------------------------------------------------------------------------
 
     def reinforce(self, train: TrainingSet, val: TrainingSet) -> list[dict[str, float]]:
@@ -1020,6 +1097,7 @@ class Trainer:
         best_epoch: int,
         validation: dict[str, float],
         seconds: float,
+        memory: dict[str, dict[str, float]],
     ) -> None:
         cfg = self.config
         if cfg.lora_rank > 0:
@@ -1028,6 +1106,9 @@ class Trainer:
             self.model.save_pretrained(str(adapter))
         self.head.eval()
         description = self.head.save(out)
+        (out / MEMORY_FILE).unlink(missing_ok=True)  # from an earlier run into ``out``
+        if self.memory:
+            description["memory"] = self.memory.save(out)
         config: dict[str, Any] = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -1056,6 +1137,7 @@ class Trainer:
             "history": history,
             "best_epoch": best_epoch,
             "validation": validation,
+            **({"memory": memory} if memory else {}),
             "seconds": round(seconds, 1),
             "backbone": self.backbone.config().get("path", PACKAGED),
         }

@@ -225,3 +225,44 @@ def test_finetune_with_unlabelled_states(tiny_dir, tmp_path, capsys) -> None:
     ]:
         assert main([*args, *bad]) == 2
         assert error in capsys.readouterr().err
+
+
+def write_word_bags(path, n: int, seed: int) -> None:
+    """Rows repeating one of 30 word bags, each with its own intent (bags and intents
+    from seed 0, so every file shares them): the nearest training rows know the intent."""
+    rng = random.Random(0)
+    vocab = "refund payment money bug error login page exchange rate card fee cash pin".split()
+    bags = [" ".join(rng.sample(vocab, 4)) for _ in range(30)]
+    intents = [rng.choice(list(WORDS)) for _ in bags]
+    rows = [f"{bags[i % 30]} {seed} {i},{intents[i % 30]}" for i in range(n)]
+    path.write_text("text,intent\n" + "\n".join(rows) + "\n")
+
+
+def test_finetune_keeps_an_example_memory_and_calibrate_refits_it(tiny_dir, tmp_path, capsys):
+    out, args = small_finetune(tiny_dir, tmp_path)
+    heldout = tmp_path / "heldout.csv"
+    write_word_bags(Path(args[1]), 240, seed=0)  # in place of its 18 rows
+    write_word_bags(heldout, 90, seed=1)
+    assert main([*args, "--epochs", "1", "--val-fraction", "0.25"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    ((_, fit),) = summary["memory"].items()
+    assert fit["held_out"] == 60 and fit["nll_memory"] < fit["nll_head"]
+    ((fp, stored),) = json.loads((out / "config.json").read_text())["head"]["memory"].items()
+    assert stored["lam"] == fit["lam"]
+
+    assert main(["calibrate", str(out), str(heldout), "--device", "cpu"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    ((_, refit),) = report["memory"].items()  # its question id is calibrate's, "label"
+    assert refit["held_out"] == 90 and refit["nll_memory"] < refit["nll_head"]
+    saved = json.loads((out / "config.json").read_text())["head"]["memory"][fp]
+    assert {k: saved[k] for k in ("k", "tau", "lam", "temperature")} == {
+        k: refit[k] for k in ("k", "tau", "lam", "temperature")
+    }
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    assert engine.head.memory.questions[fp].settings.lam == refit["lam"]
+
+    assert main([*args, "--epochs", "1", "--val-fraction", "0.25", "--no-memory"]) == 0
+    assert "memory" not in json.loads(capsys.readouterr().out)
+    assert not (out / "memory.safetensors").exists()
+    assert main([*args, "--memory-max-states", "0"]) == 2
+    assert "memory_max_states must be at least 1; got 0" in capsys.readouterr().err

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sys
 
 import pytest
 import torch
 
 from engine import Choice, DecisionEngine, MissingDependencyError, Noul, Score
+from engine.heads.memory import MEMORY_FILE
 from engine.heads.trained import TrainedHead
 from engine.testing import write_tiny_bert
 from engine.train import Example, TrainConfig, Trainer, TrainingDataError, TrainingSet
+from engine.train.data import split
 
 pytest.importorskip("peft")
 pytestmark = pytest.mark.slow
@@ -161,6 +164,139 @@ def test_save_pretrained_round_trip_and_version(trained, tmp_path) -> None:
     assert a.x_model_version == b.x_model_version
     plain = DecisionEngine(path=json.loads((out / "config.json").read_text())["backbone"]["path"])
     assert plain.model_version != engine.model_version
+
+
+def test_a_small_validation_split_fits_no_memory(trained) -> None:
+    _, result, out = trained
+    # 40 states, val_fraction 0.25: 10 held-out states, under MIN_HELD_OUT.
+    assert {q: r["held_out"] for q, r in result.memory.items()} == dict.fromkeys(QUESTIONS, 10)
+    assert all("lam" not in r for r in result.memory.values())
+    assert not (out / MEMORY_FILE).exists()
+    assert "memory" not in json.loads((out / "config.json").read_text())["head"]
+    assert json.loads((out / "training.json").read_text())["memory"] == result.memory
+
+
+def memorised(n: int = 240, seed: int = 0) -> TrainingSet:
+    """States that repeat one of 30 random word bags, each bag with a random route: the
+    head learns them slowly, the nearest training states know them at once."""
+    rng = random.Random(seed)
+    vocab = "refund payment money bug error login page exchange rate card fee cash pin".split()
+    bags = [" ".join(rng.sample(vocab, 4)) for _ in range(30)]
+    routes = [rng.randrange(3) for _ in bags]
+    examples = [Example(f"{bags[i % 30]} {i}", {"route": routes[i % 30]}) for i in range(n)]
+    return TrainingSet({"route": QUESTIONS["route"]}, examples, "word bags")
+
+
+@pytest.fixture(scope="module")
+def with_memory(backbone_dir, tmp_path_factory):
+    """240 states: 60 held out, enough for an example memory."""
+    out = tmp_path_factory.mktemp("memory-model")
+    trainer = Trainer(config(epochs=1), backbone=str(backbone_dir))
+    return trainer, trainer.fit(memorised(), out), out
+
+
+def test_example_memory_is_fitted_on_the_validation_split(with_memory) -> None:
+    trainer, result, out = with_memory
+    report = result.memory["route"]
+    assert (report["states"], report["held_out"]) == (180, 60)
+    assert report["nll_memory"] < report["nll_head"] / 2
+    assert report["k"] in (5, 10, 20, 50) and 0 < report["lam"] <= 1
+    described = json.loads((out / "config.json").read_text())["head"]["memory"]
+    assert (out / MEMORY_FILE).is_file()
+    route = described[trainer.fps["route"]]
+    assert route["names"] == ["billing", "tech", "sales"]
+    assert {k: route[k] for k in ("k", "tau", "lam", "temperature")} == {
+        k: report[k] for k in ("k", "tau", "lam", "temperature")
+    }
+    assert json.loads((out / "training.json").read_text())["memory"] == result.memory
+
+
+def test_engine_mixes_the_trained_head_with_the_memory(with_memory) -> None:
+    trainer, _, out = with_memory
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    assert isinstance(engine.head, TrainedHead) and engine.head.memory is not None
+    texts = [ex.state for ex in memorised(n=12, seed=0).examples]  # bags it has seen
+    qtype, names = "choice", ["billing", "tech", "sales"]
+    with torch.no_grad():
+        tokens, mask, pooled = trainer.features(texts)
+        trainer.head.eval()
+        raw = trainer.head(
+            tokens, mask, pooled, trainer.head.option_vectors(qtype, names, None), qtype
+        )
+    head_only = torch.softmax(engine.calibrator.scale(raw.double(), qtype, 3), -1)
+    assert trainer.memory is not None
+    memory = trainer.memory.get(qtype, names)
+    assert memory is not None
+    expected = memory.mix(head_only, pooled, names)
+
+    def answers(e: DecisionEngine) -> torch.Tensor:
+        results = e.decide_batch(texts, {"route": QUESTIONS["route"]})
+        rows = [[r.answers["route"].probabilities[n] for n in names] for r in results]
+        return torch.tensor(rows, dtype=torch.float64)
+
+    torch.testing.assert_close(answers(engine), expected, atol=1e-4, rtol=0)
+    engine.head.memory = None
+    torch.testing.assert_close(answers(engine), head_only, atol=1e-4, rtol=0)
+    assert not torch.allclose(expected, head_only, atol=1e-3)  # the memory changed something
+
+
+def test_memory_vectors_are_those_the_loaded_engine_computes(with_memory) -> None:
+    trainer, _, out = with_memory
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    fitted, _ = split(memorised(), 0.25, seed=0)  # the trainer's split: the memory states
+    stored = trainer.memory.questions[trainer.fps["route"]].vectors
+    texts = [ex.state for ex in fitted.examples]
+    torch.testing.assert_close(stored, engine.backbone.encode(texts).pooled, atol=1e-5, rtol=0)
+    # A state longer than the training max_length (32 tokens) is not truncated for it.
+    long = " ".join(["refund payment login error"] * 30)
+    assert engine.backbone.count_tokens([long])[0] > 32
+    whole = engine.backbone.encode([long]).pooled
+    torch.testing.assert_close(trainer._engine_vectors([long]), whole, atol=1e-5, rtol=0)
+    assert not torch.allclose(trainer._encode([long]), whole, atol=1e-3)  # truncated
+
+
+def test_memory_round_trips_and_is_part_of_the_version(with_memory, tmp_path) -> None:
+    _, _, out = with_memory
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    engine.save_pretrained(tmp_path / "copy")
+    again = DecisionEngine.from_pretrained(tmp_path / "copy", device="cpu")
+    assert (tmp_path / "copy" / MEMORY_FILE).is_file()
+    state, qs = memorised(n=1).examples[0].state, dict(QUESTIONS)
+    a, b = engine.decide(state, qs), again.decide(state, qs)
+    assert a.to_wire()["answers"] == b.to_wire()["answers"]
+    assert a.x_model_version == b.x_model_version
+    # The same dir without its memory entry: the head alone, under another version.
+    shutil.copytree(out, tmp_path / "bare")
+    config = json.loads((tmp_path / "bare" / "config.json").read_text())
+    del config["head"]["memory"]
+    (tmp_path / "bare" / "config.json").write_text(json.dumps(config))
+    bare = DecisionEngine.from_pretrained(tmp_path / "bare", device="cpu")
+    assert bare.head.memory is None
+    assert bare.model_version != engine.model_version
+    route = {"route": QUESTIONS["route"]}
+    assert bare.decide(state, route).answers != engine.decide(state, route).answers
+
+
+def test_memory_off_and_int8_with_a_memory(with_memory, backbone_dir, tmp_path) -> None:
+    _, _, out = with_memory
+    int8 = DecisionEngine.from_pretrained(out, device="cpu", quantize="int8")
+    assert int8.head.memory is not None
+    probs = int8.decide("refund", {"r": QUESTIONS["route"]}).answers["r"].probabilities
+    assert sum(probs.values()) == pytest.approx(1.0)
+    off = Trainer(config(epochs=1, memory=False), backbone=str(backbone_dir))
+    result = off.fit(memorised(), tmp_path / "off")
+    assert result.memory == {} and off.memory is None
+    assert not (tmp_path / "off" / MEMORY_FILE).exists()
+    with pytest.raises(ValueError, match="memory_max_states must be at least 1"):
+        TrainConfig(memory_max_states=0).check()
+
+
+def test_memory_max_states_samples_the_training_states(backbone_dir, tmp_path) -> None:
+    trainer = Trainer(config(epochs=1, memory_max_states=40), backbone=str(backbone_dir))
+    result = trainer.fit(memorised(), tmp_path)
+    assert result.memory["route"]["states"] == 40
+    assert trainer.memory is not None
+    assert [len(m) for m in trainer.memory.questions.values()] == [40]
 
 
 def test_int8_loads_and_answers(trained) -> None:

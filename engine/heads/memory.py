@@ -1,0 +1,291 @@
+"""Example memory: a trained question's answers mixed with a vote of its nearest examples.
+
+For a question the trainer saw, the memory keeps the adapted backbone's pooled vectors of
+its labelled training states and their labels. At inference, the ``k`` memory states
+nearest to a state (cosine) vote for their labels with weights ``exp(cos / tau)``, and the
+vote is mixed with the head's calibrated probabilities (kNN-LM, Khandelwal et al. 2020)::
+
+    p = softmax(log((1 - lam) * p_head + lam * p_vote) / T)
+
+``k``, ``tau``, ``lam`` and the temperature ``T`` of the mixture are fitted on held-out
+labelled states by NLL (:func:`fit_question_memory`; the trainer uses its validation
+split, ``clef-agents calibrate`` the data it is given). When no mixture beats the head
+alone on those states, no memory is kept for the question. The cost at inference is one
+``[B, M]`` product with the ``M`` stored vectors and a top-``k``, next to nothing beside
+the backbone forward for the ~9,000 states of BANKING77.
+
+The memory lives in the model dir as ``memory.safetensors`` (``vectors.<fp>``,
+``labels.<fp>``) plus ``config.json["head"]["memory"]`` (settings and option names per
+question fingerprint).
+
+Example:
+    >>> import torch
+    >>> vectors = torch.nn.functional.normalize(torch.eye(3, 4), dim=-1)
+    >>> memory = QuestionMemory(vectors, torch.tensor([0, 1, 1]), ["a", "b"],
+    ...                         MemorySettings(k=1, tau=0.1, lam=0.5))
+    >>> head = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    >>> memory.mix(head, vectors[:1], ["a", "b"]).argmax(-1).item()   # the neighbour says "a"
+    0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.calibration.temperature import fit_temperature
+from engine.heads.option_evidence import fingerprint, load_weights
+
+MEMORY_FILE = "memory.safetensors"
+GRID_K = (5, 10, 20, 50)
+GRID_TAU = (0.02, 0.05, 0.1)
+GRID_LAMBDA = (0.1, 0.2, 0.3, 0.5, 0.7)
+"""The settings tried on held-out states (the grid of the BANKING77 probe that found the
+gain, ``benchmarks/finetune_probes.py knn``)."""
+MIN_HELD_OUT = 50
+"""Fewer held-out states than this: no memory (60 settings and a temperature chosen on a
+handful of states overfit them; on 10 a tiny test model's mixture temperature went to
+0.09)."""
+FLOOR = 1e-12
+"""Probabilities are clipped here before the log of the mixture."""
+
+
+@dataclass
+class MemorySettings:
+    """How a question's memory votes and mixes (stored in ``config.json``)."""
+
+    k: int
+    """Nearest memory states that vote."""
+    tau: float
+    """Temperature of the vote weights ``exp(cos / tau)``."""
+    lam: float
+    """Weight of the vote in the mixture, in (0, 1]."""
+    temperature: float = 1.0
+    """Temperature of the mixture's log-probabilities."""
+
+    def check(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"memory k must be at least 1; got {self.k}")
+        for name in ("tau", "temperature"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"memory {name} must be a positive number; got {value}")
+        if not 0.0 < self.lam <= 1.0:
+            raise ValueError(f"memory lam must be in (0, 1]; got {self.lam}")
+
+
+class QuestionMemory:
+    """The labelled vectors of one trained question and how they vote.
+
+    Args:
+        vectors: ``[M, H]`` normalised pooled vectors of the memory states.
+        labels: ``[M]`` option index of each, in the order of ``names``.
+        names: The question's option names, in the order the labels index.
+        settings: ``k``, ``tau``, ``lam`` and the mixture temperature.
+    """
+
+    def __init__(
+        self,
+        vectors: torch.Tensor,
+        labels: torch.Tensor,
+        names: Sequence[str],
+        settings: MemorySettings,
+    ) -> None:
+        if vectors.ndim != 2 or labels.shape != (vectors.shape[0],) or not len(labels):
+            raise ValueError(
+                f"memory needs vectors [M, H] and labels [M] with M >= 1; got "
+                f"{list(vectors.shape)} and {list(labels.shape)}"
+            )
+        if int(labels.min()) < 0 or int(labels.max()) >= len(names):
+            raise ValueError(f"memory labels must index the {len(names)} options")
+        settings.check()
+        self.vectors = vectors.detach().float()
+        self.labels = labels.detach().long()
+        self.names = list(names)
+        self.settings = settings
+
+    def __len__(self) -> int:
+        return int(self.labels.numel())
+
+    def vote(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Vote probabilities ``[B, n]`` (float64) of ``pooled`` ``[B, H]``, stored order."""
+        if self.vectors.device != pooled.device:  # moved once, then kept there
+            self.vectors = self.vectors.to(pooled.device)
+            self.labels = self.labels.to(pooled.device)
+        sims = pooled.float() @ self.vectors.T
+        top = sims.topk(min(self.settings.k, len(self)), dim=-1)
+        return _vote((top.values, top.indices), self.labels, len(self.names), self.settings.tau)
+
+    def mix(
+        self, probabilities: torch.Tensor, pooled: torch.Tensor, names: Sequence[str]
+    ) -> torch.Tensor:
+        """The head's ``probabilities`` ``[B, n]`` (options in the order of ``names``) mixed
+        with the vote and scaled by the mixture temperature."""
+        vote = self.vote(pooled)
+        if list(names) != self.names:  # the same set asked in another order
+            vote = vote[:, [self.names.index(name) for name in names]]
+        return _mixture(probabilities, vote.to(probabilities.device), self.settings)
+
+
+def _vote(
+    top: tuple[torch.Tensor, torch.Tensor], labels: torch.Tensor, n: int, tau: float
+) -> torch.Tensor:
+    near, index = top
+    weights = ((near - near.max(dim=-1, keepdim=True).values) / tau).double().exp()
+    out = torch.zeros(near.shape[0], n, dtype=torch.float64, device=near.device)
+    out.scatter_add_(1, labels[index], weights)
+    return out / out.sum(dim=-1, keepdim=True)
+
+
+def _mixture(head: torch.Tensor, vote: torch.Tensor, settings: MemorySettings) -> torch.Tensor:
+    mixed = (1.0 - settings.lam) * head.double() + settings.lam * vote
+    return torch.softmax(mixed.clamp(min=FLOOR).log() / settings.temperature, dim=-1)
+
+
+def _nll(probabilities: torch.Tensor, labels: torch.Tensor) -> float:
+    picked = probabilities.gather(1, labels.unsqueeze(1)).squeeze(1)
+    return float(-picked.clamp(min=FLOOR).log().mean())
+
+
+def fit_question_memory(
+    vectors: torch.Tensor,
+    labels: torch.Tensor,
+    names: Sequence[str],
+    held_vectors: torch.Tensor,
+    held_probabilities: torch.Tensor,
+    held_labels: torch.Tensor,
+) -> tuple[QuestionMemory | None, dict[str, float]]:
+    """Choose ``k``, ``tau``, ``lam`` and the mixture temperature on held-out states.
+
+    Args:
+        vectors, labels: The memory states (``[M, H]``, ``[M]``), e.g. the training split.
+        names: The question's option names (the order the labels index).
+        held_vectors: ``[N, H]`` pooled vectors of held-out states (not in the memory).
+        held_probabilities: ``[N, n]`` the head's calibrated probabilities for them.
+        held_labels: ``[N]`` their labels.
+
+    Returns:
+        The memory, or ``None`` when there are fewer than :data:`MIN_HELD_OUT` held-out
+        states or no mixture of the grid lowers their NLL under the head alone, and a
+        report: ``states`` (memory), ``held_out``, ``nll_head`` and, with a memory, the chosen
+        ``k``, ``tau``, ``lam``, ``temperature`` and ``nll_memory`` (all on the held-out
+        states, which chose them, so ``nll_memory`` is optimistic).
+    """
+    if len(held_labels) == 0 or len(labels) == 0:
+        raise ValueError("fitting a memory needs memory states and held-out states")
+    held_p = held_probabilities.detach().double().cpu()
+    held_y = held_labels.detach().long().cpu()
+    memory_y = labels.detach().long().cpu()
+    head_nll = _nll(held_p, held_y)
+    report: dict[str, float] = {
+        "states": float(len(memory_y)),
+        "held_out": float(len(held_y)),
+        "nll_head": round(head_nll, 4),
+    }
+    if len(held_y) < MIN_HELD_OUT:
+        return None, report
+    n = len(names)
+    sims = held_vectors.detach().float().cpu() @ vectors.detach().float().cpu().T
+    near, index = sims.topk(min(max(GRID_K), sims.shape[1]), dim=-1)  # sorted, nearest first
+    best: tuple[float, MemorySettings] | None = None
+    for k in sorted({min(k, len(memory_y)) for k in GRID_K}):  # a small memory: k <= M
+        top = (near[:, :k], index[:, :k])
+        for tau in GRID_TAU:
+            vote = _vote(top, memory_y, n, tau)
+            for lam in GRID_LAMBDA:
+                settings = MemorySettings(k=k, tau=tau, lam=lam)
+                nll = _nll(_mixture(held_p, vote, settings), held_y)
+                if best is None or nll < best[0]:
+                    best = (nll, settings)
+    assert best is not None
+    settings = best[1]
+    vote = _vote((near[:, : settings.k], index[:, : settings.k]), memory_y, n, settings.tau)
+    mixed = (1.0 - settings.lam) * held_p + settings.lam * vote
+    settings.temperature = fit_temperature(mixed.clamp(min=FLOOR).log(), held_y)
+    nll = _nll(_mixture(held_p, vote, settings), held_y)
+    if not nll < head_nll:
+        return None, report
+    report.update({k: float(v) for k, v in asdict(settings).items()}, nll_memory=round(nll, 4))
+    return QuestionMemory(vectors.detach().float().cpu(), memory_y, names, settings), report
+
+
+def refit_question_memory(
+    memory: QuestionMemory,
+    held_vectors: torch.Tensor,
+    held_probabilities: torch.Tensor,
+    held_labels: torch.Tensor,
+    names: Sequence[str],
+) -> tuple[QuestionMemory | None, dict[str, float]]:
+    """:func:`fit_question_memory` again on other held-out states, keeping the stored
+    vectors; ``held_probabilities`` and ``held_labels`` follow the option order ``names``
+    (the same set as ``memory.names``, in any order)."""
+    if sorted(names) != sorted(memory.names):
+        raise ValueError(f"options {list(names)} are not those of the memory, {memory.names}")
+    order = [list(names).index(name) for name in memory.names]
+    relabel = torch.tensor([memory.names.index(name) for name in names])
+    return fit_question_memory(
+        memory.vectors,
+        memory.labels,
+        memory.names,
+        held_vectors,
+        held_probabilities[:, order],
+        relabel[held_labels.long().cpu()],
+    )
+
+
+class ExampleMemory:
+    """The memories of a model's trained questions, keyed by question fingerprint."""
+
+    def __init__(self, questions: dict[str, QuestionMemory] | None = None) -> None:
+        self.questions: dict[str, QuestionMemory] = dict(questions or {})
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+    def add(self, question_type: str, memory: QuestionMemory) -> None:
+        self.questions[fingerprint(question_type, memory.names)] = memory
+
+    def get(self, question_type: str, names: Sequence[str]) -> QuestionMemory | None:
+        return self.questions.get(fingerprint(question_type, names))
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        """Write ``memory.safetensors``; returns ``config.json["head"]["memory"]``."""
+        from safetensors.torch import save_file
+
+        tensors: dict[str, torch.Tensor] = {}
+        for fp, memory in self.questions.items():
+            tensors[f"vectors.{fp}"] = memory.vectors.contiguous().cpu()
+            tensors[f"labels.{fp}"] = memory.labels.contiguous().cpu()
+        save_file(tensors, str(directory / MEMORY_FILE))
+        return {
+            fp: {"names": memory.names, **asdict(memory.settings)}
+            for fp, memory in self.questions.items()
+        }
+
+    @classmethod
+    def load(cls, directory: Path, description: dict[str, Any]) -> ExampleMemory:
+        from engine.errors import ModelLoadError
+
+        tensors = load_weights(directory, MEMORY_FILE, "an example memory")
+        try:
+            questions = {}
+            for fp, info in description.items():
+                settings = MemorySettings(
+                    k=int(info["k"]),
+                    tau=float(info["tau"]),
+                    lam=float(info["lam"]),
+                    temperature=float(info.get("temperature", 1.0)),
+                )
+                questions[fp] = QuestionMemory(
+                    tensors[f"vectors.{fp}"], tensors[f"labels.{fp}"], info["names"], settings
+                )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelLoadError(
+                f"{directory / MEMORY_FILE}: does not match its config.json memory entry ({exc})"
+            ) from exc
+        return cls(questions)

@@ -1,0 +1,195 @@
+"""Example memory (engine.heads.memory): the vote, the mixture, its fit and its files."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from engine.errors import ModelLoadError
+from engine.heads.memory import (
+    MEMORY_FILE,
+    MIN_HELD_OUT,
+    ExampleMemory,
+    MemorySettings,
+    QuestionMemory,
+    fit_question_memory,
+    refit_question_memory,
+)
+from engine.heads.option_evidence import fingerprint
+
+NAMES = ["a", "b", "c"]
+
+
+def unit(*rows: list[float]) -> torch.Tensor:
+    return torch.nn.functional.normalize(torch.tensor(rows, dtype=torch.float32), dim=-1)
+
+
+def test_vote_weights_the_k_nearest_by_exp_cos_over_tau() -> None:
+    vectors = unit([1, 0], [0.8, 0.6], [0, 1], [-1, 0])
+    memory = QuestionMemory(
+        vectors, torch.tensor([0, 1, 1, 2]), NAMES, MemorySettings(k=2, tau=0.5, lam=0.5)
+    )
+    vote = memory.vote(unit([1, 0]))
+    # The two nearest are [1, 0] (cos 1, label a) and [0.8, 0.6] (cos 0.8, label b).
+    wa, wb = math.exp(1 / 0.5), math.exp(0.8 / 0.5)
+    expected = torch.tensor([[wa, wb, 0.0]], dtype=torch.float64) / (wa + wb)
+    torch.testing.assert_close(vote, expected)
+    assert vote.dtype == torch.float64
+
+
+def test_mix_is_the_weighted_sum_under_the_mixture_temperature() -> None:
+    settings = MemorySettings(k=1, tau=0.1, lam=0.25, temperature=2.0)
+    memory = QuestionMemory(unit([1, 0], [0, 1]), torch.tensor([0, 2]), NAMES, settings)
+    head = torch.tensor([[0.2, 0.5, 0.3]], dtype=torch.float64)
+    got = memory.mix(head, unit([1, 0.1]), NAMES)
+    mixed = 0.75 * head + 0.25 * torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    expected = torch.softmax(mixed.clamp(min=1e-12).log() / 2.0, dim=-1)
+    torch.testing.assert_close(got, expected)
+    assert float(got.sum()) == pytest.approx(1.0)
+
+
+def test_mix_follows_the_asked_option_order() -> None:
+    settings = MemorySettings(k=2, tau=0.1, lam=0.5)
+    memory = QuestionMemory(unit([1, 0], [0, 1]), torch.tensor([0, 2]), NAMES, settings)
+    state = unit([1, 0.3])
+    head = torch.tensor([[0.2, 0.5, 0.3]], dtype=torch.float64)
+    stored = memory.mix(head, state, NAMES)
+    reordered = memory.mix(head[:, [2, 0, 1]], state, ["c", "a", "b"])
+    torch.testing.assert_close(reordered, stored[:, [2, 0, 1]])
+
+
+def test_settings_and_shapes_are_checked() -> None:
+    vectors, labels = unit([1, 0], [0, 1]), torch.tensor([0, 1])
+    for bad, message in [
+        (MemorySettings(k=0, tau=0.1, lam=0.5), "k must be at least 1"),
+        (MemorySettings(k=1, tau=0.0, lam=0.5), "tau must be a positive number"),
+        (MemorySettings(k=1, tau=0.1, lam=0.0), r"lam must be in \(0, 1\]"),
+        (MemorySettings(k=1, tau=0.1, lam=0.5, temperature=math.nan), "temperature"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            QuestionMemory(vectors, labels, NAMES, bad)
+    ok = MemorySettings(k=1, tau=0.1, lam=0.5)
+    with pytest.raises(ValueError, match="must index the 3 options"):
+        QuestionMemory(vectors, torch.tensor([0, 3]), NAMES, ok)
+    with pytest.raises(ValueError, match=r"vectors \[M, H\] and labels \[M\]"):
+        QuestionMemory(vectors, torch.tensor([0]), NAMES, ok)
+
+
+def clusters(n: int, seed: int, noise: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` unit vectors around one centre per label of NAMES (the same centres for every
+    seed), and their labels."""
+    centres = torch.randn(len(NAMES), 16, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % len(NAMES)
+    x = centres[labels] + noise * torch.randn(n, 16, generator=gen) / 4
+    return torch.nn.functional.normalize(x, dim=-1), labels
+
+
+def calibrated_head(labels: torch.Tensor, seed: int, top: float = 0.5) -> torch.Tensor:
+    """Head probabilities of ``top`` on one label, shared evenly by the other two, where
+    that label is the true one ``top`` of the time: a calibrated head."""
+    gen = torch.Generator().manual_seed(seed)
+    n = len(labels)
+    wrong = (labels + 1 + torch.randint(0, 2, (n,), generator=gen)) % 3
+    guess = torch.where(torch.rand(n, generator=gen) < top, labels, wrong)
+    probs = torch.full((n, 3), (1 - top) / 2, dtype=torch.float64)
+    probs[torch.arange(n), guess] = top
+    return probs
+
+
+def held_out(n: int = 60) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``n`` held-out vectors, their labels, and a calibrated but vague head's answers."""
+    x, y = clusters(n, seed=2)
+    return x, y, calibrated_head(y, seed=3)
+
+
+def test_fit_keeps_a_memory_that_lowers_the_held_out_nll() -> None:
+    held_x, held_y, probs = held_out()
+    fitted, report = fit_question_memory(*clusters(90, seed=1), NAMES, held_x, probs, held_y)
+    assert fitted is not None
+    assert report["nll_memory"] < report["nll_head"]
+    assert report["states"] == 90 and report["held_out"] == 60
+    assert fitted.settings.lam == report["lam"] > 0
+    # The memory it returns gives the held-out NLL it reports.
+    mixed = fitted.mix(probs, held_x, NAMES)
+    nll = float(-mixed[torch.arange(60), held_y].log().mean())
+    assert nll == pytest.approx(report["nll_memory"], abs=1e-4)
+
+
+def test_fit_keeps_no_memory_whose_neighbours_say_nothing() -> None:
+    memory_x, _ = clusters(90, seed=1)
+    noise = torch.randint(0, 3, (90,), generator=torch.Generator().manual_seed(4))
+    held_x, held_y = clusters(600, seed=2)
+    probs = calibrated_head(held_y, seed=3, top=0.9)
+    fitted, report = fit_question_memory(memory_x, noise, NAMES, held_x, probs, held_y)
+    assert fitted is None
+    assert set(report) == {"states", "held_out", "nll_head"}
+
+
+def test_fit_needs_enough_held_out_states() -> None:
+    memory_x, memory_y = clusters(30, seed=1)
+    held_x, held_y, probs = held_out(MIN_HELD_OUT - 1)
+    fitted, report = fit_question_memory(memory_x, memory_y, NAMES, held_x, probs, held_y)
+    assert fitted is None and report["held_out"] == MIN_HELD_OUT - 1
+    with pytest.raises(ValueError, match="needs memory states and held-out states"):
+        fit_question_memory(memory_x, memory_y, NAMES, held_x[:0], probs[:0], held_y[:0])
+
+
+def test_a_memory_smaller_than_k_votes_with_all_its_states() -> None:
+    held_x, held_y, probs = held_out()
+    fitted, _ = fit_question_memory(*clusters(6, seed=1), NAMES, held_x, probs, held_y)
+    assert fitted is not None and fitted.settings.k <= 6
+    assert fitted.vote(held_x).shape == (60, 3)
+
+
+def test_refit_in_another_option_order_matches_the_fit_in_the_stored_order() -> None:
+    held_x, held_y, probs = held_out()
+    fitted, report = fit_question_memory(*clusters(90, seed=1), NAMES, held_x, probs, held_y)
+    assert fitted is not None
+    asked = ["c", "a", "b"]  # held probabilities and labels in this order
+    relabel = torch.tensor([asked.index(n) for n in NAMES])
+    again, again_report = refit_question_memory(
+        fitted, held_x, probs[:, [2, 0, 1]], relabel[held_y], asked
+    )
+    assert again is not None and again_report == report
+    with pytest.raises(ValueError, match="not those of the memory"):
+        refit_question_memory(fitted, held_x, probs, held_y, ["a", "b", "z"])
+
+
+def test_save_and_load_round_trip(tmp_path) -> None:
+    settings = MemorySettings(k=3, tau=0.05, lam=0.3, temperature=1.1)
+    memory = ExampleMemory()
+    memory.add("choice", QuestionMemory(*clusters(12, seed=1), NAMES, settings))
+    description = memory.save(tmp_path)
+    fp = fingerprint("choice", NAMES)
+    assert description == {
+        fp: {"names": NAMES, "k": 3, "tau": 0.05, "lam": 0.3, "temperature": 1.1}
+    }
+    json.dumps(description)  # goes into config.json as it is
+    loaded = ExampleMemory.load(tmp_path, description)
+    got = loaded.get("choice", ["b", "a", "c"])  # any order of the same options
+    assert got is not None and got.settings == settings
+    torch.testing.assert_close(got.vectors, memory.questions[fp].vectors)
+    assert loaded.get("choice", ["a", "b"]) is None
+    assert loaded.get("score", NAMES) is None
+
+
+def test_load_names_what_is_missing_or_inconsistent(tmp_path) -> None:
+    memory = ExampleMemory()
+    settings = MemorySettings(k=3, tau=0.05, lam=0.3)
+    memory.add("choice", QuestionMemory(*clusters(12, seed=1), NAMES, settings))
+    description = memory.save(tmp_path)
+    with pytest.raises(ModelLoadError, match=r"does not match its config\.json memory entry"):
+        ExampleMemory.load(tmp_path, {"0123456789abcdef": next(iter(description.values()))})
+    bad = {fp: {**info, "lam": 2.0} for fp, info in description.items()}
+    with pytest.raises(ModelLoadError, match=r"lam must be in \(0, 1\]"):
+        ExampleMemory.load(tmp_path, bad)
+    (tmp_path / MEMORY_FILE).write_bytes(b"not safetensors")
+    with pytest.raises(ModelLoadError, match="cannot read the weights"):
+        ExampleMemory.load(tmp_path, description)
+    (tmp_path / MEMORY_FILE).unlink()
+    with pytest.raises(ModelLoadError, match=f"has no {MEMORY_FILE}"):
+        ExampleMemory.load(tmp_path, description)
