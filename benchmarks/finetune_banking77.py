@@ -23,7 +23,7 @@ Usage::
     python benchmarks/finetune_banking77.py --only full --refit  # retrain on all of train
     python benchmarks/finetune_banking77.py --only full --dora   # DoRA adapters
     python benchmarks/finetune_banking77.py --only full-head-only  # frozen backbone, cached
-    python benchmarks/finetune_banking77.py --quick            # small slices, a smoke run
+    python benchmarks/finetune_banking77.py --quick            # small slices; saves nothing
 
 Writes ``benchmarks/results/finetune_banking77.json`` (merged with what is there, so the
 sections can run separately).
@@ -65,6 +65,8 @@ from engine.train import (  # noqa: E402
 )
 
 RESULTS = ROOT / "benchmarks" / "results" / "finetune_banking77.json"
+QUICK = False
+"""``--quick``: small slices, nothing saved."""
 
 
 def data_dir() -> Path:
@@ -97,13 +99,16 @@ def _metrics(p: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 def evaluate(
     model_dir: Path, test: Any, *, quantize: str | None = None, device: str = "cpu"
 ) -> dict[str, Any]:
-    """Test metrics through the engine: raw head, temperature only, full calibration.
+    """Test metrics through the engine: raw head, temperature only, full calibration, and
+    the engine's own answers with the example memory (``memory``, when the model has one).
 
-    The engine runs once with an identity calibrator (raw head probabilities); the saved
-    calibration is then applied to those exactly as the engine applies it
-    (``adjust(softmax(scale(logits)))``), which saves a second pass over the test set.
+    The engine runs once with an identity calibrator and no memory (raw head
+    probabilities); the saved calibration is then applied to those exactly as the engine
+    applies it (``adjust(softmax(scale(logits)))``), which saves a second pass over the
+    test set. A model with a memory gets that second pass, with everything on.
     """
     engine = DecisionEngine.from_pretrained(model_dir, quantize=quantize, device=device)
+    memory = getattr(engine.head, "memory", None)
     qid = next(iter(test.questions))
     question = test.questions[qid]
     n = len(question.option_specs())
@@ -111,6 +116,8 @@ def evaluate(
     labels = np.array([ex.labels[qid] for ex in test.examples])
     calibrated = engine.calibrator
     engine.calibrator = Calibrator(source="identity")
+    if memory is not None:
+        engine.head.memory = None  # type: ignore[union-attr]
     started = time.perf_counter()
     raw = _probabilities(engine, texts, qid, question)
     seconds = time.perf_counter() - started
@@ -124,6 +131,11 @@ def evaluate(
         "temperature_value": round(calibrated.temperature("choice", n), 4),
         "histogram_binning": bool(calibrated.histograms),
     }
+    if memory is not None:
+        engine.calibrator, engine.head.memory = calibrated, memory  # type: ignore[union-attr]
+        started = time.perf_counter()
+        out["memory"] = _metrics(_probabilities(engine, texts, qid, question), labels)
+        out["memory_ms_per_item"] = round((time.perf_counter() - started) * 1000 / len(texts), 2)
     return out
 
 
@@ -148,6 +160,7 @@ def run(
             "best_epoch": result.best_epoch,
             "epochs_run": sum(1 for h in result.history if "train_loss" in h),
             "validation": {k: round(v, 4) for k, v in result.validation.items()},
+            "memory": result.memory,
             "history": [
                 {k: round(v, 4) if isinstance(v, float) else v for k, v in h.items()}
                 for h in result.history
@@ -188,13 +201,28 @@ def package_versions() -> dict[str, str]:
     return {name: version(name) for name in ("transformers", "peft", "tokenizers", "numpy")}
 
 
+def cpu_model() -> str:
+    """The CPU's model name: float results follow the kernels it runs (the 2026-11-30 runs
+    were on an AMD EPYC, those of 2026-12-01 evening on an Intel Xeon with AVX512-VNNI)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def save(
     section: str, payload: Any, *, results: Path = RESULTS, note: str = ENVIRONMENT_NOTE
 ) -> None:
-    """Write one section into ``results`` (other sections are kept)."""
+    """Write one section into ``results`` (other sections are kept); ``--quick`` saves nothing."""
+    if QUICK:
+        print(json.dumps({section: "not saved (--quick)"}), flush=True)
+        return
     current = json.loads(results.read_text()) if results.is_file() else {}
     if isinstance(payload, dict):  # numerics follow these versions, so each section keeps its own
-        payload = {**payload, "packages": package_versions()}
+        payload = {**payload, "packages": package_versions(), "cpu": cpu_model()}
     current[section] = payload
     current["environment"] = {
         "python": platform.python_version(),
@@ -316,6 +344,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--variants", default=None, help="ablations to run (comma-separated)")
     args = parser.parse_args()
+    global QUICK
+    QUICK = args.quick
     if args.threads:
         torch.set_num_threads(args.threads)
     sections = args.only or [
