@@ -115,6 +115,7 @@ def _refit_memory(
     import torch
 
     from engine.heads.memory import refit_question_memory
+    from engine.heads.option_evidence import fingerprint
 
     reports: dict[str, dict[str, float]] = {}
     for qid, question in data.questions.items():
@@ -132,7 +133,7 @@ def _refit_memory(
             torch.tensor([labels[i] for i in rows]),
             names,
         )
-        fp = next(k for k, v in memory.questions.items() if v is stored)
+        fp = fingerprint(qtype, names)
         if fitted is None:
             del memory.questions[fp]
         else:
@@ -145,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
     from engine import DecisionEngine
     from engine.calibration import Calibrator, fit_calibrator, reliability_diagram
+    from engine.heads.memory import MEMORY_FILE
     from engine.runtime import model_dir
     from engine.train import load_data
 
@@ -256,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
                 config["head"].pop("memory", None)
                 if memory.questions:
                     config["head"]["memory"] = memory.save(directory)
+                else:  # no question kept its memory
+                    (directory / MEMORY_FILE).unlink(missing_ok=True)
             (directory / model_dir.CONFIG).write_text(
                 json.dumps(config, indent=2, sort_keys=True) + "\n"
             )

@@ -227,13 +227,15 @@ def test_finetune_with_unlabelled_states(tiny_dir, tmp_path, capsys) -> None:
         assert error in capsys.readouterr().err
 
 
-def write_word_bags(path, n: int, seed: int) -> None:
+def write_word_bags(path, n: int, seed: int, rotate: int = 0) -> None:
     """Rows repeating one of 30 word bags, each with its own intent (bags and intents
-    from seed 0, so every file shares them): the nearest training rows know the intent."""
+    from seed 0, so every file shares them): the nearest training rows know the intent.
+    ``rotate`` moves every bag's intent to the next one, so those neighbours are wrong."""
     rng = random.Random(0)
     vocab = "refund payment money bug error login page exchange rate card fee cash pin".split()
     bags = [" ".join(rng.sample(vocab, 4)) for _ in range(30)]
-    intents = [rng.choice(list(WORDS)) for _ in bags]
+    names = list(WORDS)
+    intents = [names[(names.index(rng.choice(names)) + rotate) % 3] for _ in bags]
     rows = [f"{bags[i % 30]} {seed} {i},{intents[i % 30]}" for i in range(n)]
     path.write_text("text,intent\n" + "\n".join(rows) + "\n")
 
@@ -260,6 +262,14 @@ def test_finetune_keeps_an_example_memory_and_calibrate_refits_it(tiny_dir, tmp_
     }
     engine = DecisionEngine.from_pretrained(out, device="cpu")
     assert engine.head.memory.questions[fp].settings.lam == refit["lam"]
+    # Held-out rows whose neighbours in the memory are all wrong: the memory goes.
+    write_word_bags(heldout, 90, seed=2, rotate=1)
+    assert main(["calibrate", str(out), str(heldout), "--device", "cpu"]) == 0
+    ((_, dropped),) = json.loads(capsys.readouterr().out)["memory"].items()
+    assert "lam" not in dropped and dropped["held_out"] == 90
+    assert "memory" not in json.loads((out / "config.json").read_text())["head"]
+    assert not (out / "memory.safetensors").exists()
+    assert DecisionEngine.from_pretrained(out, device="cpu").head.memory is None
 
     assert main([*args, "--epochs", "1", "--val-fraction", "0.25", "--no-memory"]) == 0
     assert "memory" not in json.loads(capsys.readouterr().out)
