@@ -886,7 +886,7 @@ class Trainer:
         The memory holds the adapted vectors of the question's states in ``train`` (at most
         ``memory_max_states``); ``k``, ``tau``, the mixture weight and its temperature are
         chosen on ``val`` against the head's probabilities under ``calibration``. Returns
-        the fit's report per question id.
+        the fit's report per question id, with the ``seconds`` it took.
         """
         cfg = self.config
         self.memory = ExampleMemory()
@@ -898,6 +898,7 @@ class Trainer:
             states = [(ex.state, ex.labels[qid]) for ex in train.examples if qid in ex.labels]
             if not held.examples or not states:
                 continue
+            started = time.perf_counter()
             if len(states) > cfg.memory_max_states:
                 states = rng.sample(states, cfg.memory_max_states)
             _, logits, labels, _ = self.evaluate(held)
@@ -911,6 +912,7 @@ class Trainer:
                 calibration.adjust(scaled, qtype, n),
                 torch.tensor(labels),
             )
+            reports[qid]["seconds"] = round(time.perf_counter() - started, 1)
             if fitted is not None:
                 self.memory.add(qtype, fitted)
         if not self.memory:
