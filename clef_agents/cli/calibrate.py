@@ -106,39 +106,27 @@ def _refit_memory(
     memory: Any,
     data: Any,
     asked: list[tuple[str, str]],
-    probs: list[list[float]],
+    before: list[list[float]],
+    after: list[list[float]],
     labels: list[int],
 ) -> dict[str, dict[str, float]]:
-    """Choose each example memory's settings again on the held-out rows, under the new
-    calibration (``probs``); a question whose memory no longer lowers their NLL drops it.
-    Changes ``memory`` in place; returns the fit's report per question id."""
-    import torch
-
-    from engine.heads.memory import refit_question_memory
+    """:func:`engine.heads.memory.refit_memory` on the held-out rows; reports by question id."""
+    from engine.heads.memory import refit_memory
     from engine.heads.option_evidence import fingerprint
 
-    reports: dict[str, dict[str, float]] = {}
-    for qid, question in data.questions.items():
-        qtype = str(question.type)
-        names = [s.name for s in question.option_specs()]
-        stored = memory.get(qtype, names)
-        rows = [i for i, (q, _) in enumerate(asked) if q == qid]
-        if stored is None or not rows:
-            continue
-        pooled = engine.backbone.encode([asked[i][1] for i in rows]).pooled.float()
-        fitted, reports[qid] = refit_question_memory(
-            stored,
-            pooled,
-            torch.tensor([probs[i] for i in rows], dtype=torch.float64),
-            torch.tensor([labels[i] for i in rows]),
-            names,
-        )
-        fp = fingerprint(qtype, names)
-        if fitted is None:
-            del memory.questions[fp]
-        else:
-            memory.questions[fp] = fitted
-    return reports
+    names = {q: [s.name for s in v.option_specs()] for q, v in data.questions.items()}
+    types = {q: str(v.type) for q, v in data.questions.items()}
+    rows = [
+        (types[qid], names[qid], state, after[i], before[i], labels[i])
+        for i, (qid, state) in enumerate(asked)
+    ]
+
+    def encode(states: list[str]) -> Any:
+        return engine.backbone.encode(states).pooled.float()
+
+    reports = refit_memory(memory, rows, encode)
+    by_id = {q: fingerprint(types[q], names[q]) for q in data.questions}
+    return {q: reports[fp] for q, fp in by_id.items() if fp in reports}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -230,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         "histograms": sorted(new.histograms),
     }
     if memory is not None:
-        summary["memory"] = _refit_memory(engine, memory, data, asked, after, labels)
+        summary["memory"] = _refit_memory(engine, memory, data, asked, before, after, labels)
         engine.head.memory = memory if memory.questions else None  # type: ignore[attr-defined]
     if args.diagram:
         import numpy as np

@@ -30,8 +30,10 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,12 @@ handful of states overfit them; on 10 a tiny test model's mixture temperature we
 0.09)."""
 FLOOR = 1e-12
 """Probabilities are clipped here before the log of the mixture."""
+TEMPERATURE_RANGE = (0.25, 4.0)
+"""The mixture temperature is kept in this range. The head is calibrated already, so a fit
+far from 1 means the held-out states are not held out (copies of memory states vote for
+themselves, and the fit sharpens the mixture); on BANKING77 it stayed within 0.98-1.03."""
+CHUNK = 1024
+"""Held-out states per similarity product while fitting (``[CHUNK, M]`` at a time)."""
 
 
 @dataclass
@@ -104,22 +112,29 @@ class QuestionMemory:
         if int(labels.min()) < 0 or int(labels.max()) >= len(names):
             raise ValueError(f"memory labels must index the {len(names)} options")
         settings.check()
-        self.vectors = vectors.detach().float()
-        self.labels = labels.detach().long()
+        self.vectors = vectors.detach().float().cpu()
+        self.labels = labels.detach().long().cpu()
         self.names = list(names)
         self.settings = settings
+        # (device, vectors, labels) where the engine runs; one attribute, so a concurrent
+        # caller never sees vectors and labels on different devices.
+        self._placed = (self.vectors.device, self.vectors, self.labels)
 
     def __len__(self) -> int:
         return int(self.labels.numel())
 
     def vote(self, pooled: torch.Tensor) -> torch.Tensor:
         """Vote probabilities ``[B, n]`` (float64) of ``pooled`` ``[B, H]``, stored order."""
-        if self.vectors.device != pooled.device:  # moved once, then kept there
-            self.vectors = self.vectors.to(pooled.device)
-            self.labels = self.labels.to(pooled.device)
-        sims = pooled.float() @ self.vectors.T
-        top = sims.topk(min(self.settings.k, len(self)), dim=-1)
-        return _vote((top.values, top.indices), self.labels, len(self.names), self.settings.tau)
+        device, vectors, labels = self._placed
+        if device != pooled.device:  # copied there once, then kept
+            device, vectors, labels = (
+                pooled.device,
+                vectors.to(pooled.device),
+                labels.to(pooled.device),
+            )
+            self._placed = (device, vectors, labels)
+        top = (pooled.float() @ vectors.T).topk(min(self.settings.k, len(self)), dim=-1)
+        return _vote((top.values, top.indices), labels, len(self.names), self.settings.tau)
 
     def mix(
         self, probabilities: torch.Tensor, pooled: torch.Tensor, names: Sequence[str]
@@ -150,6 +165,22 @@ def _mixture(head: torch.Tensor, vote: torch.Tensor, settings: MemorySettings) -
 def _nll(probabilities: torch.Tensor, labels: torch.Tensor) -> float:
     picked = probabilities.gather(1, labels.unsqueeze(1)).squeeze(1)
     return float(-picked.clamp(min=FLOOR).log().mean())
+
+
+def _nearest(
+    queries: torch.Tensor, vectors: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosines and indices ``[N, min(k, M)]`` of each query's nearest vectors, nearest
+    first, computed :data:`CHUNK` queries at a time."""
+    memory = vectors.detach().float().cpu()
+    k = min(k, memory.shape[0])
+    near, index = [], []
+    for start in range(0, queries.shape[0], CHUNK):
+        chunk = queries[start : start + CHUNK].detach().float().cpu()
+        top = (chunk @ memory.T).topk(k, dim=-1)
+        near.append(top.values)
+        index.append(top.indices)
+    return torch.cat(near), torch.cat(index)
 
 
 def fit_question_memory(
@@ -190,8 +221,7 @@ def fit_question_memory(
     if len(held_y) < MIN_HELD_OUT:
         return None, report
     n = len(names)
-    sims = held_vectors.detach().float().cpu() @ vectors.detach().float().cpu().T
-    near, index = sims.topk(min(max(GRID_K), sims.shape[1]), dim=-1)  # sorted, nearest first
+    near, index = _nearest(held_vectors, vectors, max(GRID_K))
     best: tuple[float, MemorySettings] | None = None
     for k in sorted({min(k, len(memory_y)) for k in GRID_K}):  # a small memory: k <= M
         top = (near[:, :k], index[:, :k])
@@ -206,7 +236,10 @@ def fit_question_memory(
     settings = best[1]
     vote = _vote((near[:, : settings.k], index[:, : settings.k]), memory_y, n, settings.tau)
     mixed = (1.0 - settings.lam) * held_p + settings.lam * vote
-    settings.temperature = fit_temperature(mixed.clamp(min=FLOOR).log(), held_y)
+    low, high = TEMPERATURE_RANGE
+    settings.temperature = min(
+        max(fit_temperature(mixed.clamp(min=FLOOR).log(), held_y), low), high
+    )
     nll = _nll(_mixture(held_p, vote, settings), held_y)
     if not nll < head_nll:
         return None, report
@@ -220,22 +253,91 @@ def refit_question_memory(
     held_probabilities: torch.Tensor,
     held_labels: torch.Tensor,
     names: Sequence[str],
+    *,
+    before: torch.Tensor | None = None,
 ) -> tuple[QuestionMemory | None, dict[str, float]]:
     """:func:`fit_question_memory` again on other held-out states, keeping the stored
-    vectors; ``held_probabilities`` and ``held_labels`` follow the option order ``names``
-    (the same set as ``memory.names``, in any order)."""
+    vectors.
+
+    ``held_probabilities`` (the head's, under the calibration the memory will serve
+    with), ``before`` (the same under the calibration it was fitted with) and
+    ``held_labels`` follow the option order ``names``: the set of ``memory.names``, in
+    any order. With fewer than :data:`MIN_HELD_OUT` held-out states the memory is kept as
+    it is (the report says ``unchanged``), since so few states cannot show that it stopped
+    helping. With ``before``, the report adds ``nll_before``: the held-out NLL of the
+    answers the model gave before the refit (its old calibration and memory).
+    """
     if sorted(names) != sorted(memory.names):
         raise ValueError(f"options {list(names)} are not those of the memory, {memory.names}")
     order = [list(names).index(name) for name in memory.names]
     relabel = torch.tensor([memory.names.index(name) for name in names])
-    return fit_question_memory(
+    labels = relabel[held_labels.long().cpu()]
+    nll_before: dict[str, float] = {}
+    if before is not None:
+        old = _mixture(
+            before[:, order].double(), memory.vote(held_vectors.float()), memory.settings
+        )
+        nll_before["nll_before"] = round(_nll(old, labels), 4)
+    if len(labels) < MIN_HELD_OUT:
+        report = {"states": float(len(memory)), "held_out": float(len(labels)), "unchanged": 1.0}
+        return memory, {**report, **nll_before}
+    fitted, report = fit_question_memory(
         memory.vectors,
         memory.labels,
         memory.names,
         held_vectors,
         held_probabilities[:, order],
-        relabel[held_labels.long().cpu()],
+        labels,
     )
+    return fitted, {**report, **nll_before}
+
+
+def refit_memory(
+    memory: ExampleMemory,
+    rows: Sequence[tuple[str, Sequence[str], str, Sequence[float], Sequence[float], int]],
+    encode: Callable[[list[str]], torch.Tensor],
+) -> dict[str, dict[str, float]]:
+    """Choose the settings of every question memory again on held-out rows, in place.
+
+    ``rows`` are ``(question type, option names, state, probabilities now, probabilities
+    before, label)``, the probabilities being the head's under the new and the old
+    calibration; rows of questions with the same fingerprint (same type and option set)
+    are pooled, as their memory is one. ``encode`` turns states into pooled vectors. A
+    memory that no longer lowers the held-out NLL is removed (see
+    :func:`refit_question_memory` for small held-out sets). Returns the report per
+    fingerprint.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, (qtype, names, *_rest) in enumerate(rows):
+        if memory.get(qtype, names) is not None:
+            groups.setdefault(fingerprint(qtype, names), []).append(i)
+    reports: dict[str, dict[str, float]] = {}
+    for fp, idx in groups.items():
+        stored = memory.questions[fp]
+        names = list(rows[idx[0]][1])
+        now: list[list[float]] = []
+        before: list[list[float]] = []
+        labels: list[int] = []
+        for i in idx:
+            _, asked, _, p_now, p_before, label = rows[i]
+            order = [list(asked).index(name) for name in names]  # the first row's order
+            now.append([p_now[j] for j in order])
+            before.append([p_before[j] for j in order])
+            labels.append(order.index(label))
+        vectors = encode([rows[i][2] for i in idx])
+        fitted, reports[fp] = refit_question_memory(
+            stored,
+            vectors,
+            torch.tensor(now, dtype=torch.float64),
+            torch.tensor(labels),
+            names,
+            before=torch.tensor(before, dtype=torch.float64),
+        )
+        if fitted is None:
+            del memory.questions[fp]
+        else:
+            memory.questions[fp] = fitted
+    return reports
 
 
 class ExampleMemory:
@@ -253,6 +355,17 @@ class ExampleMemory:
     def get(self, question_type: str, names: Sequence[str]) -> QuestionMemory | None:
         return self.questions.get(fingerprint(question_type, names))
 
+    def digest(self) -> str:
+        """Short hash of every question's settings, vectors and labels (model version)."""
+        h = hashlib.sha256()
+        for fp in sorted(self.questions):
+            memory = self.questions[fp]
+            description = {"fp": fp, "names": memory.names, **asdict(memory.settings)}
+            h.update(json.dumps(description, sort_keys=True).encode())
+            h.update(memory.vectors.numpy().tobytes())
+            h.update(memory.labels.numpy().tobytes())
+        return h.hexdigest()[:12]
+
     def save(self, directory: Path) -> dict[str, Any]:
         """Write ``memory.safetensors``; returns ``config.json["head"]["memory"]``."""
         from safetensors.torch import save_file
@@ -262,15 +375,27 @@ class ExampleMemory:
             tensors[f"vectors.{fp}"] = memory.vectors.contiguous().cpu()
             tensors[f"labels.{fp}"] = memory.labels.contiguous().cpu()
         save_file(tensors, str(directory / MEMORY_FILE))
-        return {
-            fp: {"names": memory.names, **asdict(memory.settings)}
-            for fp, memory in self.questions.items()
-        }
+        out: dict[str, Any] = {}
+        for fp, memory in self.questions.items():
+            settings = asdict(memory.settings)
+            if settings["temperature"] == 1.0:  # the default is left out
+                del settings["temperature"]
+            out[fp] = {"names": memory.names, **settings}
+        return out
 
     @classmethod
-    def load(cls, directory: Path, description: dict[str, Any]) -> ExampleMemory:
+    def load(
+        cls, directory: Path, description: dict[str, Any], *, hidden_size: int | None = None
+    ) -> ExampleMemory:
+        """Read ``memory.safetensors`` as ``description`` (``config.json["head"]["memory"]``)
+        describes it; ``hidden_size``: the width the backbone's pooled vectors have."""
         from engine.errors import ModelLoadError
 
+        where = f"{directory / MEMORY_FILE}: does not match its config.json memory entry"
+        if not isinstance(description, dict) or not all(
+            isinstance(v, dict) for v in description.values()
+        ):
+            raise ModelLoadError(f"{where} (expected {{fingerprint: {{names, k, tau, lam}}}})")
         tensors = load_weights(directory, MEMORY_FILE, "an example memory")
         try:
             questions = {}
@@ -284,8 +409,12 @@ class ExampleMemory:
                 questions[fp] = QuestionMemory(
                     tensors[f"vectors.{fp}"], tensors[f"labels.{fp}"], info["names"], settings
                 )
+                width = questions[fp].vectors.shape[1]
+                if hidden_size is not None and width != hidden_size:
+                    raise ValueError(
+                        f"question {fp} has vectors of width {width}; the backbone's are "
+                        f"{hidden_size}"
+                    )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ModelLoadError(
-                f"{directory / MEMORY_FILE}: does not match its config.json memory entry ({exc})"
-            ) from exc
+            raise ModelLoadError(f"{where} ({exc})") from exc
         return cls(questions)

@@ -277,6 +277,7 @@ class OptionEvidenceHead(nn.Module):
 
 def load_weights(directory: Path, filename: str, what: str) -> dict[str, torch.Tensor]:
     """The tensors of ``directory/filename``, which the model dir's config names as ``what``."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     from engine.errors import ModelLoadError
@@ -286,7 +287,7 @@ def load_weights(directory: Path, filename: str, what: str) -> dict[str, torch.T
         raise ModelLoadError(f"model dir {str(directory)!r} names {what} but has no {filename}")
     try:
         return load_file(str(path))
-    except Exception as exc:  # safetensors' own error type for a damaged file, or OSError
+    except (SafetensorError, OSError) as exc:  # a damaged or unreadable file
         raise ModelLoadError(f"{path}: cannot read the weights ({exc})") from exc
 
 

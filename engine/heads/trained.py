@@ -68,15 +68,28 @@ class TrainedHead:
         self.module = module.eval()
         self.calibrator = calibrator or Calibrator(source="identity")
         self.scope = scope
+        self._digest = digest
         self.fingerprint = digest
+        """Identity of the weights (head, and memory when set), part of the model version."""
         self.memory = memory
-        """Set to ``None`` to score with the head alone (e.g. to refit its calibration)."""
         self._make_base = base_engine
         self._base: DecisionEngine | None = None
         self._lock = threading.Lock()
         self.zero_shot = ZeroShotHead()
         self.adapter_source: Path | None = None
         """Where the LoRA adapter was loaded from (copied by :meth:`save`)."""
+
+    @property
+    def memory(self) -> ExampleMemory | None:
+        """The example memory; set it to ``None`` to score with the head alone (e.g. to
+        refit its calibration). Setting it updates :attr:`fingerprint`, so the engine's
+        model version follows; after changing a memory in place, set it again."""
+        return self._memory
+
+    @memory.setter
+    def memory(self, value: ExampleMemory | None) -> None:
+        self._memory = value if value else None
+        self.fingerprint = self._digest + (f"+memory:{value.digest()}" if value else "")
 
     def save(self, directory: Path) -> dict[str, Any]:
         """Write ``head.safetensors`` (and copy ``adapter/``); returns ``config.json["head"]``."""

@@ -143,6 +143,7 @@ class DecisionEngine:
         self._lock = threading.RLock()
         self._executor: ThreadPoolExecutor | None = None
         self._version: str | None = None
+        self._version_head: str | None = None  # the head fingerprint _version was made for
         if warmup:
             self.backbone.encode(["warm-up"])
 
@@ -163,14 +164,16 @@ class DecisionEngine:
 
     @property
     def model_version(self) -> str:
-        """``name@hash`` of the backbone reference and calibration: changes with the weights."""
-        if self._version is None:
+        """``name@hash`` of the backbone reference, calibration and trained weights."""
+        head = getattr(self.head, "fingerprint", None)
+        if self._version is None or self._version_head != head:
+            self._version_head = head
             parts: dict[str, Any] = {
                 "backbone": self.backbone.config(),
                 "calibration": self.calibrator.to_dict(),
             }
-            if getattr(self.head, "fingerprint", None):  # trained head weights
-                parts["head"] = getattr(self.head, "fingerprint", None)
+            if head:  # trained head weights (and example memory)
+                parts["head"] = head
             payload = json.dumps(parts, sort_keys=True)
             digest = hashlib.sha256(payload.encode()).hexdigest()[:12]
             self._version = f"{self.model_name}@{digest}"

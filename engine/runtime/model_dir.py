@@ -135,7 +135,7 @@ def _load_trained(
 ) -> DecisionEngine:
     """A fine-tuned model: LoRA merged into the backbone, the trained head on top."""
     from engine.backbones import load_backbone
-    from engine.heads.memory import MEMORY_FILE, ExampleMemory
+    from engine.heads.memory import ExampleMemory
     from engine.heads.option_evidence import HEAD_FILE, OptionEvidenceHead
     from engine.heads.trained import TrainedHead, weights_digest
     from engine.runtime.adapter import merge_lora
@@ -161,16 +161,15 @@ def _load_trained(
         def base_engine() -> DecisionEngine:
             return cls(kind, path, device=device, dtype=dtype, quantize=quantize, warmup=False)
 
-        digest, memory = weights_digest(directory / HEAD_FILE), None
+        memory = None
         if info.get("memory"):  # kNN memory of the training states (engine.heads.memory)
-            memory = ExampleMemory.load(directory, info["memory"])
-            digest += "+" + weights_digest(directory / MEMORY_FILE)
+            memory = ExampleMemory.load(directory, info["memory"], hidden_size=backbone.hidden_size)
         engine.head = TrainedHead(  # type: ignore[assignment]
             module,
             engine.calibrator,
             base_engine=base_engine,
             scope=str(info.get("scope", "trained")),
-            digest=digest,
+            digest=weights_digest(directory / HEAD_FILE),
             memory=memory,
         )
         engine.head.adapter_source = directory / ADAPTER_DIR  # type: ignore[attr-defined]

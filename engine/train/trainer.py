@@ -885,34 +885,66 @@ class Trainer:
 
         The memory holds the adapted vectors of the question's states in ``train`` (at most
         ``memory_max_states``); ``k``, ``tau``, the mixture weight and its temperature are
-        chosen on ``val`` against the head's probabilities under ``calibration``. Returns
-        the fit's report per question id, with the ``seconds`` it took.
+        chosen on ``val`` against the head's probabilities under ``calibration``. Questions
+        with the same fingerprint (type and option set) share the head's option bank, so
+        they share one memory too: their states and held-out states are pooled. Each state
+        is encoded once. Returns the fit's report per question id, with the ``seconds`` it
+        took.
         """
         cfg = self.config
         self.memory = ExampleMemory()
         reports: dict[str, dict[str, float]] = {}
         rng = random.Random(cfg.seed)
-        for qid, question in train.questions.items():
-            qtype = str(question.type)  # type: ignore[attr-defined]
-            held = val.only(qid)
-            states = [(ex.state, ex.labels[qid]) for ex in train.examples if qid in ex.labels]
-            if not held.examples or not states:
-                continue
+        vectors: dict[str, torch.Tensor] = {}
+
+        def encode(texts: list[str]) -> torch.Tensor:
+            missing = [t for t in dict.fromkeys(texts) if t not in vectors]
+            if missing:
+                vectors.update(zip(missing, self._engine_vectors(missing), strict=True))
+            return torch.stack([vectors[t] for t in texts])
+
+        groups: dict[str, list[str]] = {}
+        for qid in train.questions:
+            groups.setdefault(self.fps[qid], []).append(qid)
+        for qids in groups.values():
             started = time.perf_counter()
+            qtype = str(train.questions[qids[0]].type)  # type: ignore[attr-defined]
+            names = train.names(qids[0])
+            states: list[tuple[str, int]] = []
+            held: list[str] = []
+            held_probs: list[torch.Tensor] = []
+            held_labels: list[torch.Tensor] = []
+            for qid in qids:
+                # Labels and probabilities in the order of the first question's options.
+                order = [train.names(qid).index(name) for name in names]
+                relabel = [order.index(i) for i in range(len(names))]
+                states += [
+                    (ex.state, relabel[ex.labels[qid]]) for ex in train.examples if qid in ex.labels
+                ]
+                part = val.only(qid)
+                if not part.examples:
+                    continue
+                _, logits, labels, _ = self.evaluate(part)
+                scaled = torch.softmax(
+                    calibration.scale(torch.stack(logits), qtype, len(names)), -1
+                )
+                held_probs.append(calibration.adjust(scaled, qtype, len(names))[:, order])
+                held_labels.append(torch.tensor([relabel[y] for y in labels]))
+                held += [ex.state for ex in part.examples]
+            if not states or not held:
+                continue
             if len(states) > cfg.memory_max_states:
                 states = rng.sample(states, cfg.memory_max_states)
-            _, logits, labels, _ = self.evaluate(held)
-            rows, n = torch.stack(logits), len(train.names(qid))
-            scaled = torch.softmax(calibration.scale(rows, qtype, n), dim=-1)
-            fitted, reports[qid] = fit_question_memory(
-                self._engine_vectors([state for state, _ in states]),
+            fitted, report = fit_question_memory(
+                encode([state for state, _ in states]),
                 torch.tensor([label for _, label in states]),
-                train.names(qid),
-                self._engine_vectors([ex.state for ex in held.examples]),
-                calibration.adjust(scaled, qtype, n),
-                torch.tensor(labels),
+                names,
+                encode(held),
+                torch.cat(held_probs),
+                torch.cat(held_labels),
             )
-            reports[qid]["seconds"] = round(time.perf_counter() - started, 1)
+            report["seconds"] = round(time.perf_counter() - started, 1)
+            reports.update(dict.fromkeys(qids, report))
             if fitted is not None:
                 self.memory.add(qtype, fitted)
         if not self.memory:

@@ -252,10 +252,30 @@ def test_finetune_keeps_an_example_memory_and_calibrate_refits_it(tiny_dir, tmp_
     ((fp, stored),) = json.loads((out / "config.json").read_text())["head"]["memory"].items()
     assert stored["lam"] == fit["lam"]
 
+    # --dry-run reports and saves nothing; --out writes the refitted memory elsewhere.
+    files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert main(["calibrate", str(out), str(heldout), "--device", "cpu", "--dry-run"]) == 0
+    dry = json.loads(capsys.readouterr().out)["memory"]
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == files
+    copy = tmp_path / "copy"
+    assert main(["calibrate", str(out), str(heldout), "--device", "cpu", "--out", str(copy)]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"] == dry
+    ((_, copied),) = json.loads((copy / "config.json").read_text())["head"]["memory"].items()
+    ((_, refit),) = dry.items()
+    assert copied["lam"] == refit["lam"] and (copy / "memory.safetensors").is_file()
+    # Too few held-out rows to judge: the memory stays as it is.
+    few = tmp_path / "few.csv"
+    write_word_bags(few, 30, seed=3)
+    assert main(["calibrate", str(out), str(few), "--device", "cpu"]) == 0
+    ((_, kept),) = json.loads(capsys.readouterr().out)["memory"].items()
+    assert kept["unchanged"] == 1 and kept["held_out"] == 30
+    assert json.loads((out / "config.json").read_text())["head"]["memory"][fp] == stored
+
     assert main(["calibrate", str(out), str(heldout), "--device", "cpu"]) == 0
     report = json.loads(capsys.readouterr().out)
     ((_, refit),) = report["memory"].items()  # its question id is calibrate's, "label"
     assert refit["held_out"] == 90 and refit["nll_memory"] < refit["nll_head"]
+    assert refit["nll_before"] > refit["nll_memory"]  # refitted on these rows, it beats the old
     saved = json.loads((out / "config.json").read_text())["head"]["memory"][fp]
     assert {k: saved[k] for k in ("k", "tau", "lam", "temperature")} == {
         k: refit[k] for k in ("k", "tau", "lam", "temperature")

@@ -277,18 +277,62 @@ def test_memory_round_trips_and_is_part_of_the_version(with_memory, tmp_path) ->
     assert bare.decide(state, route).answers != engine.decide(state, route).answers
 
 
-def test_memory_off_and_int8_with_a_memory(with_memory, backbone_dir, tmp_path) -> None:
+def route_probabilities(engine: DecisionEngine, texts: list[str]) -> torch.Tensor:
+    results = engine.decide_batch(texts, {"route": QUESTIONS["route"]})
+    names = ["billing", "tech", "sales"]
+    rows = [[r.answers["route"].probabilities[n] for n in names] for r in results]
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def test_int8_mixes_its_own_head_with_the_memory(with_memory) -> None:
     _, _, out = with_memory
     int8 = DecisionEngine.from_pretrained(out, device="cpu", quantize="int8")
-    assert int8.head.memory is not None
-    probs = int8.decide("refund", {"r": QUESTIONS["route"]}).answers["r"].probabilities
-    assert sum(probs.values()) == pytest.approx(1.0)
+    memory = int8.head.memory
+    assert memory is not None
+    texts = [ex.state for ex in memorised(n=12, seed=0).examples]
+    mixed = route_probabilities(int8, texts)
+    with_version = int8.model_version
+    int8.head.memory = None
+    alone = route_probabilities(int8, texts)
+    assert int8.model_version != with_version  # answers from the head alone say so
+    route = memory.get("choice", ["billing", "tech", "sales"])
+    expected = route.mix(alone, int8.backbone.encode(texts).pooled, route.names)
+    torch.testing.assert_close(mixed, expected, atol=1e-6, rtol=0)
+    assert not torch.allclose(mixed, alone, atol=1e-3)
+    int8.head.memory = memory
+    assert int8.model_version == with_version
+
+
+def test_memory_off(backbone_dir, tmp_path) -> None:
     off = Trainer(config(epochs=1, memory=False), backbone=str(backbone_dir))
     result = off.fit(memorised(), tmp_path / "off")
     assert result.memory == {} and off.memory is None
     assert not (tmp_path / "off" / MEMORY_FILE).exists()
     with pytest.raises(ValueError, match="memory_max_states must be at least 1"):
         TrainConfig(memory_max_states=0).check()
+
+
+def test_questions_with_one_fingerprint_share_one_memory(backbone_dir, tmp_path) -> None:
+    """Two 3-level score questions have the same fingerprint (type + levels "0".."2"), so
+    the head gives them one option bank; their memory is one too, fitted on both."""
+    bags = memorised()
+    levels = ["low", "medium", "high"]
+    questions = {
+        "urgency": Score(instructions="urgency", criteria=levels),
+        "severity": Score(instructions="severity", criteria=levels),
+    }
+    examples = [
+        Example(ex.state, {"urgency" if i % 2 else "severity": ex.labels["route"]})
+        for i, ex in enumerate(bags.examples)
+    ]
+    trainer = Trainer(config(epochs=1), backbone=str(backbone_dir))
+    result = trainer.fit(TrainingSet(questions, examples, "bags"), tmp_path)
+    assert trainer.fps["urgency"] == trainer.fps["severity"]
+    assert result.memory["urgency"] == result.memory["severity"]
+    assert result.memory["urgency"]["states"] == 180  # both questions' training states
+    assert result.memory["urgency"]["held_out"] == 60
+    described = json.loads((tmp_path / "config.json").read_text())["head"]["memory"]
+    assert list(described) == [trainer.fps["urgency"]]
 
 
 def test_memory_max_states_samples_the_training_states(backbone_dir, tmp_path) -> None:

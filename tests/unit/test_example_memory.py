@@ -12,10 +12,12 @@ from engine.errors import ModelLoadError
 from engine.heads.memory import (
     MEMORY_FILE,
     MIN_HELD_OUT,
+    TEMPERATURE_RANGE,
     ExampleMemory,
     MemorySettings,
     QuestionMemory,
     fit_question_memory,
+    refit_memory,
     refit_question_memory,
 )
 from engine.heads.option_evidence import fingerprint
@@ -159,6 +161,92 @@ def test_refit_in_another_option_order_matches_the_fit_in_the_stored_order() -> 
         refit_question_memory(fitted, held_x, probs, held_y, ["a", "b", "z"])
 
 
+def test_held_out_copies_of_memory_states_cannot_sharpen_the_mixture_without_bound() -> None:
+    memory_x, memory_y = clusters(90, seed=1)
+    probs = calibrated_head(memory_y, seed=3)
+    # "Held-out" states that are the memory states: each one's own copy votes for it.
+    fitted, report = fit_question_memory(memory_x, memory_y, NAMES, memory_x, probs, memory_y)
+    assert fitted is not None and report["temperature"] == TEMPERATURE_RANGE[0]
+
+
+def test_refit_keeps_the_memory_as_it_is_on_few_held_out_states() -> None:
+    held_x, held_y, probs = held_out()
+    fitted, _ = fit_question_memory(*clusters(90, seed=1), NAMES, held_x, probs, held_y)
+    assert fitted is not None
+    few = MIN_HELD_OUT - 1
+    again, report = refit_question_memory(
+        fitted, held_x[:few], probs[:few], held_y[:few], NAMES, before=probs[:few]
+    )
+    assert again is fitted
+    assert report["unchanged"] == 1 and report["held_out"] == few
+    expected = fitted.mix(probs[:few], held_x[:few], NAMES)[torch.arange(few), held_y[:few]]
+    assert report["nll_before"] == pytest.approx(float(-expected.log().mean()), abs=1e-4)
+
+
+def test_refit_memory_pools_the_rows_of_one_fingerprint_in_any_option_order() -> None:
+    held_x, held_y, probs = held_out(90)
+    fitted, _ = fit_question_memory(*clusters(90, seed=1), NAMES, held_x, probs, held_y)
+    assert fitted is not None
+    states = [f"state {i}" for i in range(90)]
+    lookup = dict(zip(states, held_x, strict=True))
+    asked = ["c", "a", "b"]  # the second half asks the same options in this order
+    rows = []
+    for i in range(90):
+        p = probs[i].tolist()
+        if i < 45:
+            rows.append(("choice", NAMES, states[i], p, p, int(held_y[i])))
+        else:
+            q = [p[2], p[0], p[1]]
+            rows.append(("choice", asked, states[i], q, q, asked.index(NAMES[held_y[i]])))
+    rows.append(("score", ["0", "1"], "not in the memory", [0.5, 0.5], [0.5, 0.5], 0))
+    memory = ExampleMemory()
+    memory.add("choice", fitted)
+    seen: list[list[str]] = []
+
+    def encode(texts: list[str]) -> torch.Tensor:
+        seen.append(texts)
+        return torch.stack([lookup[t] for t in texts])
+
+    reports = refit_memory(memory, rows, encode)
+    fp = fingerprint("choice", NAMES)
+    _, alone = refit_question_memory(fitted, held_x, probs, held_y, NAMES, before=probs)
+    assert reports == {fp: alone}  # the 90 rows, as one held-out set in one order
+    assert seen == [states]
+    assert memory.questions[fp].settings == fitted.settings
+
+
+def test_refit_memory_removes_a_memory_that_stopped_helping() -> None:
+    held_x, held_y, probs = held_out(90)
+    fitted, _ = fit_question_memory(*clusters(90, seed=1), NAMES, held_x, probs, held_y)
+    assert fitted is not None
+    memory = ExampleMemory()
+    memory.add("choice", fitted)
+    wrong = (held_y + 1) % 3  # every neighbour now votes for the wrong label
+    confident = calibrated_head(wrong, seed=5, top=0.9)
+    rows = [
+        ("choice", NAMES, str(i), confident[i].tolist(), probs[i].tolist(), int(wrong[i]))
+        for i in range(90)
+    ]
+    reports = refit_memory(memory, rows, lambda texts: held_x[[int(t) for t in texts]])
+    (report,) = reports.values()
+    assert "lam" not in report and report["nll_before"] > report["nll_head"]
+    assert len(memory) == 0
+
+
+def test_digest_follows_settings_and_vectors() -> None:
+    vectors, labels = clusters(12, seed=1)
+    memory = ExampleMemory()
+    memory.add("choice", QuestionMemory(vectors, labels, NAMES, MemorySettings(3, 0.05, 0.3)))
+    first = memory.digest()
+    assert first == memory.digest() and len(first) == 12
+    memory.add("choice", QuestionMemory(vectors, labels, NAMES, MemorySettings(3, 0.05, 0.5)))
+    second = memory.digest()
+    memory.add(
+        "choice", QuestionMemory(vectors.flip(0), labels, NAMES, MemorySettings(3, 0.05, 0.5))
+    )
+    assert len({first, second, memory.digest()}) == 3
+
+
 def test_save_and_load_round_trip(tmp_path) -> None:
     settings = MemorySettings(k=3, tau=0.05, lam=0.3, temperature=1.1)
     memory = ExampleMemory()
@@ -175,6 +263,13 @@ def test_save_and_load_round_trip(tmp_path) -> None:
     torch.testing.assert_close(got.vectors, memory.questions[fp].vectors)
     assert loaded.get("choice", ["a", "b"]) is None
     assert loaded.get("score", NAMES) is None
+    # The default temperature is left out of config.json; loading fills it in.
+    memory.add("choice", QuestionMemory(*clusters(12, seed=1), NAMES, MemorySettings(3, 0.05, 0.3)))
+    assert "temperature" not in memory.save(tmp_path)[fp]
+    assert (
+        ExampleMemory.load(tmp_path, memory.save(tmp_path)).questions[fp].settings.temperature
+        == 1.0
+    )
 
 
 def test_load_names_what_is_missing_or_inconsistent(tmp_path) -> None:
@@ -187,6 +282,10 @@ def test_load_names_what_is_missing_or_inconsistent(tmp_path) -> None:
     bad = {fp: {**info, "lam": 2.0} for fp, info in description.items()}
     with pytest.raises(ModelLoadError, match=r"lam must be in \(0, 1\]"):
         ExampleMemory.load(tmp_path, bad)
+    with pytest.raises(ModelLoadError, match=r"expected \{fingerprint"):
+        ExampleMemory.load(tmp_path, {"fp": ["not", "a", "dict"]})
+    with pytest.raises(ModelLoadError, match="width 16; the backbone's are 384"):
+        ExampleMemory.load(tmp_path, description, hidden_size=384)
     (tmp_path / MEMORY_FILE).write_bytes(b"not safetensors")
     with pytest.raises(ModelLoadError, match="cannot read the weights"):
         ExampleMemory.load(tmp_path, description)
