@@ -201,16 +201,21 @@ def package_versions() -> dict[str, str]:
     return {name: version(name) for name in ("transformers", "peft", "tokenizers", "numpy")}
 
 
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
 def cpu_model() -> str:
-    """The CPU's model name: float results follow the kernels it runs (the 2026-11-30 runs
-    were on an AMD EPYC, those of 2026-12-01 evening on an Intel Xeon with AVX512-VNNI)."""
+    """The CPU's model name and the SIMD flags that pick torch's kernels: float results
+    follow those kernels (the 2026-11-30 runs were on an AMD EPYC, those of 2026-12-01
+    evening on an Intel Xeon with AVX512-VNNI)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        info = Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return platform.processor() or platform.machine()
+    lines = info.splitlines()
+    name = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), "")
+    flags = next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), [])
+    return f"{name} ({', '.join(f for f in SIMD_FLAGS if f in flags) or 'no AVX2'})"
 
 
 def save(

@@ -145,6 +145,7 @@ def _logits(engine: Any, data: Any) -> tuple[np.ndarray, np.ndarray]:
     """Uncalibrated logits (log of the raw head's probabilities) and labels."""
     question = data.questions[QID]
     engine.calibrator = Calibrator(source="identity")
+    engine.head.memory = None  # the head's own logits (the probes train without a memory)
     texts = [ex.state for ex in data.examples]
     raw = fb._probabilities(engine, texts, QID, question)
     labels = np.array([ex.labels[QID] for ex in data.examples])
