@@ -47,7 +47,8 @@ class TrainedHead:
         base_engine: Builds the engine that answers untrained questions zero-shot.
         scope: ``"trained"`` (default): the head answers only questions it was trained on;
             ``"all"``: it answers every question (unknown options use their text embedding).
-        digest: Hash of the head weights (and memory), part of the engine's model version.
+        digest: Hash of the head weights; with the memory's digest it makes
+            :attr:`fingerprint`, part of the engine's model version.
         memory: Example memories of trained questions (``None``: none).
     """
 
