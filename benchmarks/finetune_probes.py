@@ -8,6 +8,7 @@ lists them with the other attempts. Results go to
     python benchmarks/finetune_probes.py full-finetune --seed 0   # then --seed 1, 2
     python benchmarks/finetune_probes.py prior-soup
     python benchmarks/finetune_probes.py knn --seed 0   # then --seed 1, 2
+    python benchmarks/finetune_probes.py memory-variants --seed 0   # then --seed 1 to 4
 
 ``full-finetune``: every linear weight of the encoder layers trains at ``--lr`` (default
 1e-4) instead of LoRA adapters; everything else is the default recipe. The trained
@@ -34,6 +35,18 @@ of the memory): ``p = (1 - lam) * p_model + lam * p_knn``, with
 (kNN-LM, Khandelwal et al. 2020). ``k``, ``tau`` and ``lam`` are chosen on the
 validation split by NLL, and the temperature of the mixture is fitted there again; the
 test set is scored once with the choice.
+
+``memory-variants`` (``--seed N``): trains the default recipe, example memory included
+(the model of ``finetune_banking77.py --only full --seed N``), then builds other memories
+for the same model from the outside, and scores each on the test set in fp32 and int8:
+  * ``recorded``: the memory the trainer kept (checks that the probe's mixture, applied
+    to the engine's calibrated head probabilities, gives the engine's own answers);
+  * ``wide_grid``: settings chosen on the validation split as the trainer does, from a
+    wider grid (``k`` up to 200, ``tau`` up to 0.2, ``lam`` up to 0.9; the trainer's
+    choice sat on the edge of its grid, ``k = 50``, on four of five seeds);
+  * ``plus_validation``: the recorded settings, with the validation states (vectors and
+    labels) added to the memory after they chose them;
+  * ``wide_grid_plus_validation``: both.
 """
 
 from __future__ import annotations
@@ -333,6 +346,91 @@ def knn(seed: int) -> None:
     save("full_knn_mixture" + (f"_seed{seed}" if seed else ""), result)
 
 
+WIDE_GRID = {
+    "grid_k": (5, 10, 20, 50, 100, 200),
+    "grid_tau": (0.02, 0.05, 0.1, 0.2),
+    "grid_lambda": (0.1, 0.2, 0.3, 0.5, 0.7, 0.9),
+}
+
+
+def memory_variants(seed: int) -> None:
+    from engine.heads.memory import QuestionMemory, fit_question_memory
+
+    train, test = load()
+    _, val = split(train, fb.TrainConfig().val_fraction, seed=seed)  # as the trainer does
+    names = train.names(QID)
+    test_y = np.array([ex.labels[QID] for ex in test.examples])
+    val_y = torch.tensor([ex.labels[QID] for ex in val.examples])
+    result: dict[str, Any] = {"packages": fb.package_versions(), "cpu": fb.cpu_model()}
+    wide: QuestionMemory | None = None
+    with tempfile.TemporaryDirectory(prefix="clef-probe-") as tmp:
+        started = time.perf_counter()
+        trained = trainer_module.Trainer(config(seed=seed, memory=True)).fit(train, Path(tmp))
+        result["train_seconds"] = round(time.perf_counter() - started, 1)
+        result["trainer_memory"] = trained.memory
+        for precision in ("fp32", "int8"):
+            engine = fb.DecisionEngine.from_pretrained(
+                Path(tmp), quantize="int8" if precision == "int8" else None
+            )
+            recorded = engine.head.memory.get("choice", names)
+            assert recorded is not None, "the default recipe kept no memory"
+            engine_answers = fb._probabilities(
+                engine, [ex.state for ex in test.examples], QID, train.questions[QID]
+            )
+            test_p, test_v = _head_and_vectors(engine, test)
+            if wide is None:  # settings are chosen once, in fp32, as the trainer does
+                val_p, val_v = _head_and_vectors(engine, val)
+                wide, report = fit_question_memory(
+                    recorded.vectors, recorded.labels, names, val_v, val_p, val_y, **WIDE_GRID
+                )
+                assert wide is not None, report
+                result["wide_grid_report"] = report
+            variants = {
+                "recorded": recorded,
+                "wide_grid": QuestionMemory(
+                    recorded.vectors, recorded.labels, names, wide.settings
+                ),
+            }
+            for name, settings in (("", recorded.settings), ("wide_grid_", wide.settings)):
+                variants[f"{name}plus_validation"] = QuestionMemory(
+                    torch.cat([recorded.vectors, val_v]),
+                    torch.cat([recorded.labels, val_y]),
+                    names,
+                    settings,
+                )
+            out: dict[str, Any] = {"head": fb._metrics(test_p.numpy(), test_y)}
+            for name, memory in variants.items():
+                p = memory.mix(test_p, test_v, names).numpy()
+                out[name] = {
+                    **asdict_settings(memory),
+                    "states": len(memory),
+                    "test": fb._metrics(p, test_y),
+                }
+            probe_p = recorded.mix(test_p, test_v, names).numpy()
+            out["recorded"]["max_abs_diff_to_engine"] = float(
+                np.abs(probe_p - engine_answers).max()
+            )
+            result[precision] = out
+            print(json.dumps({precision: out}), flush=True)
+    save("full_memory_variants" + (f"_seed{seed}" if seed else ""), result)
+
+
+def _head_and_vectors(engine: Any, data: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """The engine's calibrated head probabilities (memory off) and pooled vectors."""
+    texts = [ex.state for ex in data.examples]
+    memory, engine.head.memory = engine.head.memory, None
+    try:
+        p = fb._probabilities(engine, texts, QID, data.questions[QID])
+    finally:
+        engine.head.memory = memory
+    return torch.from_numpy(p), engine.backbone.encode(texts).pooled.float().cpu()
+
+
+def asdict_settings(memory: Any) -> dict[str, Any]:
+    s = memory.settings
+    return {"k": s.k, "tau": s.tau, "lam": s.lam, "temperature": round(s.temperature, 4)}
+
+
 def _split_of_seed0(data: Any, fraction: float, *, seed: int = 0) -> Any:
     return split(data, fraction, seed=0)
 
@@ -353,9 +451,9 @@ def _calibrated(engine: Any, val: Any, test: Any) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("probe", choices=["full-finetune", "prior-soup", "knn"])
+    parser.add_argument("probe", choices=["full-finetune", "prior-soup", "knn", "memory-variants"])
     parser.add_argument(
-        "--seed", type=int, default=0, help="full-finetune and knn: the recipe's seed"
+        "--seed", type=int, default=0, help="full-finetune, knn, memory-variants: the recipe's seed"
     )
     parser.add_argument("--lr", type=float, default=1e-4, help="full-finetune: learning rate")
     parser.add_argument("--threads", type=int, default=2)
@@ -368,6 +466,8 @@ def main() -> None:
         full_finetune(args.seed, args.lr)
     elif args.probe == "knn":
         knn(args.seed)
+    elif args.probe == "memory-variants":
+        memory_variants(args.seed)
     else:
         prior_soup()
 

@@ -190,6 +190,10 @@ def fit_question_memory(
     held_vectors: torch.Tensor,
     held_probabilities: torch.Tensor,
     held_labels: torch.Tensor,
+    *,
+    grid_k: Sequence[int] = GRID_K,
+    grid_tau: Sequence[float] = GRID_TAU,
+    grid_lambda: Sequence[float] = GRID_LAMBDA,
 ) -> tuple[QuestionMemory | None, dict[str, float]]:
     """Choose ``k``, ``tau``, ``lam`` and the mixture temperature on held-out states.
 
@@ -199,6 +203,7 @@ def fit_question_memory(
         held_vectors: ``[N, H]`` pooled vectors of held-out states (not in the memory).
         held_probabilities: ``[N, n]`` the head's calibrated probabilities for them.
         held_labels: ``[N]`` their labels.
+        grid_k, grid_tau, grid_lambda: The settings tried (every combination).
 
     Returns:
         The memory, or ``None`` when there are fewer than :data:`MIN_HELD_OUT` held-out
@@ -221,13 +226,13 @@ def fit_question_memory(
     if len(held_y) < MIN_HELD_OUT:
         return None, report
     n = len(names)
-    near, index = _nearest(held_vectors, vectors, max(GRID_K))
+    near, index = _nearest(held_vectors, vectors, max(grid_k))
     best: tuple[float, MemorySettings] | None = None
-    for k in sorted({min(k, len(memory_y)) for k in GRID_K}):  # a small memory: k <= M
+    for k in sorted({min(k, len(memory_y)) for k in grid_k}):  # a small memory: k <= M
         top = (near[:, :k], index[:, :k])
-        for tau in GRID_TAU:
+        for tau in grid_tau:
             vote = _vote(top, memory_y, n, tau)
-            for lam in GRID_LAMBDA:
+            for lam in grid_lambda:
                 settings = MemorySettings(k=k, tau=tau, lam=lam)
                 nll = _nll(_mixture(held_p, vote, settings), held_y)
                 if best is None or nll < best[0]:
