@@ -21,7 +21,18 @@ Example:
 
 from __future__ import annotations
 
+import copy
+import random
+from typing import TYPE_CHECKING, Any
+
 import torch
+
+from engine.train.data import TrainingSet
+from engine.train.losses import partial_credit
+
+if TYPE_CHECKING:
+    from engine.heads.option_evidence import OptionEvidenceHead
+    from engine.train.config import TrainConfig
 
 
 def rl_loss(
@@ -47,3 +58,101 @@ def rl_loss(
     ref_logp = torch.log_softmax(reference, dim=-1)
     kl = (p * (logp - ref_logp)).sum(dim=-1).mean()
     return policy + honesty + kl_weight * kl
+
+
+class ReinforceStage:
+    """The RL stage of :class:`engine.train.trainer.Trainer` (``rl_epochs > 0``): the head
+    is trained on :func:`rl_loss` over the trainer's features, the adapters stay fixed."""
+
+    config: TrainConfig
+    model: Any  # the peft model (or the frozen backbone)
+    head: OptionEvidenceHead
+    device: torch.device
+
+    if TYPE_CHECKING:  # defined by the trainer
+
+        def features(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+        def _question_logits(
+            self,
+            data: TrainingSet,
+            batch: list[int],
+            tokens: torch.Tensor,
+            mask: torch.Tensor,
+            pooled: torch.Tensor,
+            head: OptionEvidenceHead | None = None,
+        ) -> list[tuple[str, torch.Tensor, torch.Tensor]]: ...
+
+        def evaluate(
+            self, data: TrainingSet, head: OptionEvidenceHead | None = None
+        ) -> tuple[dict[str, float], list[torch.Tensor], list[int], list[str]]: ...
+
+    def reinforce(self, train: TrainingSet, val: TrainingSet) -> list[dict[str, float]]:
+        """Policy-gradient fine-tuning of the head with a proper-scoring reward (see rl.py)."""
+        cfg = self.config
+        from tqdm.auto import tqdm
+
+        reference = copy.deepcopy(self.head).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        params = [p for p in self.head.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=cfg.rl_lr, weight_decay=0.0)
+        credits = {
+            qid: partial_credit(
+                str(q.type),  # type: ignore[attr-defined]
+                len(train.names(qid)),
+                cfg.similarity.get(qid),
+            ).to(self.device)
+            for qid, q in train.questions.items()
+        }
+        gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        history = []
+        self.model.eval()
+        for epoch in range(cfg.rl_epochs):
+            order = list(range(len(train)))
+            random.Random(cfg.seed + 7919 * (epoch + 1)).shuffle(order)
+            self.head.train()
+            running, steps = 0.0, 0
+            for start in tqdm(
+                range(0, len(order), cfg.batch_size),
+                desc=f"RL {epoch + 1}/{cfg.rl_epochs}",
+                disable=not cfg.progress,
+                leave=False,
+            ):
+                batch = order[start : start + cfg.batch_size]
+                with torch.no_grad():
+                    tokens, mask, pooled = self.features([train.examples[i].state for i in batch])
+                    ref = {
+                        q: lg
+                        for q, lg, _ in self._question_logits(
+                            train, batch, tokens, mask, pooled, reference
+                        )
+                    }
+                loss = torch.zeros((), device=self.device)
+                for qid, logits, target in self._question_logits(
+                    train, batch, tokens, mask, pooled
+                ):
+                    part = rl_loss(
+                        logits,
+                        ref[qid],
+                        target,
+                        credits[qid],
+                        samples=cfg.rl_samples,
+                        kl_weight=cfg.rl_kl,
+                        generator=gen,
+                    )
+                    loss = loss + part * (len(target) / len(batch))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimizer.step()
+                running += float(loss.detach())
+                steps += 1
+            record = {
+                "epoch": float(self.config.epochs + epoch + 1),
+                "rl_loss": running / max(1, steps),
+            }
+            if val.examples:
+                record.update({f"val_{k}": v for k, v in self.evaluate(val)[0].items()})
+            history.append(record)
+        return history

@@ -42,7 +42,7 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ from engine.calibration.fit import fit_calibrator
 from engine.calibration.metrics import expected_calibration_error
 from engine.calibration.temperature import Calibrator
 from engine.errors import peft_quietly, require
-from engine.heads.memory import MEMORY_FILE, ExampleMemory, fit_question_memory
+from engine.heads.memory import MEMORY_FILE, ExampleMemory
 from engine.heads.option_evidence import (
     HEAD_FILE,
     HeadConfig,
@@ -62,14 +62,16 @@ from engine.heads.option_evidence import (
     fingerprint,
     pad_tokens,
 )
-from engine.heads.prototype import PrototypeClassifier
 from engine.heads.zero_shot import option_texts
 from engine.runtime.adapter import ADAPTER_DIR
 from engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
-from engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
+from engine.train.checkpoint import CheckpointState
+from engine.train.config import HEADS, MAX_RANK, TrainConfig, TrainResult
 from engine.train.data import TrainingDataError, TrainingSet, split
-from engine.train.losses import decision_loss, partial_credit, symmetric_kl
-from engine.train.rl import rl_loss
+from engine.train.few_shot import CONTRASTIVE_CHUNK, FewShotStages
+from engine.train.losses import decision_loss, symmetric_kl
+from engine.train.memory import MemoryStage
+from engine.train.rl import ReinforceStage
 
 log = logging.getLogger(__name__)
 
@@ -79,196 +81,19 @@ TARGETS = (
     ("q", "k", "v", "o"),  # T5
     ("q_lin", "k_lin", "v_lin", "out_lin"),  # DistilBERT
 )
-MAX_RANK = 256
 CHECKPOINT_DIR = "checkpoint"
 SELECTION_FILE = "selection.json"
 """With ``refit``: the selection run's history, kept epoch and calibration, for ``--resume``."""
-HEADS = ("option_evidence", "prototype")
-CONTRASTIVE_CHUNK = 32
-"""States per backbone forward inside one contrastive step (sorted by length first)."""
-
-
-@dataclass
-class TrainConfig:
-    """Hyper-parameters of a fine-tuning run (stored in ``training.json``)."""
-
-    epochs: int = 4
-    batch_size: int = 32
-    lr: float = 5e-4
-    """Learning rate of the LoRA adapters."""
-    head_lr: float = 2e-3
-    """Learning rate of the head and its option bank."""
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.06
-    lora_rank: int = 16
-    """0 trains the head only (the backbone stays frozen)."""
-    lora_alpha: float | None = None
-    """Default: ``2 * lora_rank``."""
-    lora_dropout: float = 0.1
-    use_dora: bool = False
-    """DoRA (Liu et al., 2024): each adapted weight is split into a magnitude per output
-    feature (trained) and a direction that LoRA adapts; merged at load time like LoRA."""
-    lora_plus_ratio: float = 1.0
-    """LoRA+ (Hayou et al., 2024): the learning rate of the adapters' B matrices is ``lr``
-    times this (the A matrices keep ``lr``). 1: plain LoRA."""
-    target_modules: list[str] | None = None
-    """Default: the attention and MLP projections of the backbone's architecture."""
-    label_smoothing: float = 0.1
-    brier_weight: float = 0.5
-    ordinal_weight: float = 1.0
-    head_dim: int = 256
-    head_heads: int = 4
-    head_dropout: float = 0.1
-    evidence: bool = True
-    """``False``: cosine + learned scale only (the "no head" ablation)."""
-    option_bank: bool = True
-    bank_init: str = "text"
-    """Start of each trained option's bank vector: ``"text"``, the embedding of the option's
-    text (an untrained head is the zero-shot scorer); ``"examples"``, the normalised mean
-    of that embedding and the base backbone's embeddings of the option's training states
-    (an untrained head is a nearest-centroid classifier). ``choice`` and ``noul`` only."""
-    val_fraction: float = 0.1
-    patience: int = 2
-    max_length: int | None = 128
-    """Tokens per training text (longer states are truncated while training)."""
-    group_by_length: bool = True
-    """Batch states of similar token length together (shuffled in windows of 50 batches,
-    batch order shuffled), so little compute goes to padding; on BANKING77 the padded tokens
-    per state drop from 47 to 17."""
-    head: str = "option_evidence"
-    """``"option_evidence"``: train the option-evidence head for ``epochs`` epochs;
-    ``"prototype"``: no epochs, fit a linear prototype head per question on the (adapted)
-    pooled vectors of the training states, as the engine does for options with examples;
-    with ``contrastive_steps`` this is the few-shot recipe (SetFit-style)."""
-    contrastive_steps: int = 0
-    """Steps of the contrastive stage on the LoRA adapters before the head (0: none)."""
-    contrastive_per_label: int = 2
-    """States of each label in one contrastive step (the option text counts as one)."""
-    contrastive_temperature: float = 0.05
-    contrastive_lr: float | None = None
-    """Default: ``lr``."""
-    pseudo_per_label: int | None = None
-    """With unlabelled states (``Trainer.fit(..., unlabeled=...)``, ``head="prototype"``):
-    at most this many pseudo-labelled states per option join the prototype head's fit, the
-    most confident first. ``None``: every unlabelled state, with its predicted option."""
-    rl_epochs: int = 0
-    rl_lr: float = 2e-4
-    rl_kl: float = 0.5
-    rl_samples: int = 4
-    similarity: dict[str, list[list[float]]] = field(default_factory=dict)
-    """Per choice question id, an option-similarity matrix in [0, 1] (RL partial credit)."""
-    histogram: bool = False
-    """Fit histogram binning after the temperature (needs a large validation split)."""
-    memory: bool = True
-    """Keep an example memory per question (:mod:`engine.heads.memory`): the adapted vectors
-    of its training states vote with the head (kNN mixture), with ``k``, ``tau``, the
-    mixture weight and its temperature chosen on the validation split; a question keeps
-    none where no mixture lowers the validation NLL. Needs a validation split
-    (``val_fraction > 0``); without one, or with ``refit``, no memory is fitted."""
-    memory_max_states: int = 100_000
-    """Memory states per question at most (a seeded random sample beyond that); each costs
-    ``4 * hidden_size`` bytes on disk and one dot product per decision."""
-    rdrop_weight: float = 0.0
-    """R-Drop (Liang et al., 2021): every batch runs through the model twice, with two
-    dropout draws, and the loss adds this weight times the symmetric KL divergence between
-    the two predictions (the supervised loss is averaged over both). Twice the training
-    compute per epoch. 0: off."""
-    ema_decay: float = 0.0
-    """Keep an exponential moving average of the trained weights (LoRA adapters and head),
-    updated after every step with this decay (warmed up as ``min(decay, (1+t)/(10+t))``);
-    validation, the kept epoch and the saved model then use the average. 0: off."""
-    refit: bool = False
-    """After the run has chosen its epoch and fitted its calibration on the validation
-    split, train again from the same start on all the data, that split included, for the
-    chosen number of epochs, and save that model with that calibration (sklearn's
-    ``refit``). About twice the training time; the model sees ``1/(1-val_fraction)`` times
-    the states. Needs ``val_fraction > 0`` and the option-evidence head."""
-    seed: int = 0
-    device: str | None = None
-    progress: bool = True
-    model_name: str | None = None
-
-    def check(self) -> None:
-        if self.epochs < 1:
-            raise ValueError(f"epochs must be at least 1; got {self.epochs}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1; got {self.batch_size}")
-        if not 0 <= self.lora_rank <= MAX_RANK:
-            raise ValueError(f"lora_rank must be in 0..{MAX_RANK}; got {self.lora_rank}")
-        if self.head not in HEADS:
-            raise ValueError(f"head must be one of {', '.join(HEADS)}; got {self.head!r}")
-        if self.contrastive_steps < 0:
-            raise ValueError(f"contrastive_steps must be >= 0; got {self.contrastive_steps}")
-        if self.contrastive_steps > 0 and self.lora_rank == 0:
-            raise ValueError("contrastive_steps trains the LoRA adapters; it needs lora_rank > 0")
-        if self.contrastive_per_label < 2:
-            raise ValueError(
-                f"contrastive_per_label must be at least 2 (a state needs a positive); "
-                f"got {self.contrastive_per_label}"
-            )
-        if self.contrastive_temperature <= 0:
-            raise ValueError(
-                f"contrastive_temperature must be positive; got {self.contrastive_temperature}"
-            )
-        if self.head == "prototype" and self.rl_epochs > 0:
-            raise ValueError(
-                "the RL stage trains the option-evidence head; head='prototype' "
-                "has none (set rl_epochs=0)"
-            )
-        if self.head == "prototype" and (self.rdrop_weight > 0 or self.ema_decay > 0):
-            raise ValueError(
-                "rdrop_weight and ema_decay act on the option-evidence epochs; "
-                "head='prototype' runs none (set them to 0)"
-            )
-        if self.refit and self.val_fraction == 0:
-            raise ValueError(
-                "refit trains again on the validation split after choosing on it; "
-                "it needs val_fraction > 0"
-            )
-        if self.refit and (self.head == "prototype" or self.rl_epochs > 0):
-            raise ValueError(
-                "refit repeats the option-evidence epochs; it does not support "
-                "head='prototype' or the RL stage (rl_epochs > 0)"
-            )
-        if self.pseudo_per_label is not None and self.pseudo_per_label < 1:
-            raise ValueError(
-                "pseudo_per_label must be at least 1 (or None: no cap); "
-                f"got {self.pseudo_per_label}"
-            )
-        if self.pseudo_per_label is not None and self.head != "prototype":
-            raise ValueError(
-                "pseudo_per_label caps the pseudo-labels of the prototype head; "
-                f"it needs head='prototype' (got head={self.head!r})"
-            )
-        if self.use_dora and self.lora_rank == 0:
-            raise ValueError("use_dora adapts the backbone; it needs lora_rank > 0")
-        if self.lora_plus_ratio <= 0:
-            raise ValueError(f"lora_plus_ratio must be positive; got {self.lora_plus_ratio}")
-        if self.rdrop_weight < 0:
-            raise ValueError(f"rdrop_weight must be non-negative; got {self.rdrop_weight}")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ema_decay must be in [0, 1); got {self.ema_decay}")
-        if self.memory_max_states < 1:
-            raise ValueError(f"memory_max_states must be at least 1; got {self.memory_max_states}")
-        if self.bank_init not in ("text", "examples"):
-            raise ValueError(f"bank_init must be 'text' or 'examples'; got {self.bank_init!r}")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
-        if self.brier_weight < 0 or self.ordinal_weight < 0:
-            raise ValueError("brier_weight and ordinal_weight must be non-negative")
-
-
-@dataclass
-class TrainResult:
-    """What :meth:`Trainer.fit` produced."""
-
-    directory: Path
-    history: list[dict[str, float]]
-    best_epoch: int
-    validation: dict[str, float]
-    seconds: float
-    memory: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Per question id, the report of its example memory's fit (``fit_question_memory``)."""
+__all__ = [
+    "CHECKPOINT_DIR",
+    "CONTRASTIVE_CHUNK",
+    "HEADS",
+    "MAX_RANK",
+    "SELECTION_FILE",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+]
 
 
 def _default_targets(model: torch.nn.Module) -> list[str]:
@@ -286,8 +111,13 @@ def _default_targets(model: torch.nn.Module) -> list[str]:
     return sorted(leaves)
 
 
-class Trainer:
+class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
     """Fine-tunes a backbone (LoRA) and the option-evidence head; see the module docstring.
+
+    The stages past the supervised epochs live beside it: the contrastive stage and the
+    prototype heads in :mod:`engine.train.few_shot`, the example memory in
+    :mod:`engine.train.memory`, the RL stage in :mod:`engine.train.rl`, kept states and
+    checkpoints in :mod:`engine.train.checkpoint`.
 
     Args:
         config: Hyper-parameters.
@@ -550,34 +380,6 @@ class Trainer:
         shutil.rmtree(checkpoint, ignore_errors=True)
         return TrainResult(out, history, kept, validation, time.perf_counter() - started, memory)
 
-    def _unlabeled_pool(self, data: TrainingSet, unlabeled: Sequence[str]) -> list[str]:
-        """``unlabeled`` without repeats and labelled states; refuses unusable input early."""
-        if self.config.head != "prototype":
-            raise TrainingDataError(
-                "unlabelled states feed the prototype head's pseudo-labels; "
-                f"they need head='prototype' (got head={self.config.head!r})",
-                field="unlabeled",
-            )
-        if isinstance(unlabeled, str):
-            raise TrainingDataError(
-                "unlabeled must be a sequence of states, not one string", field="unlabeled"
-            )
-        for i, state in enumerate(unlabeled):
-            if not isinstance(state, str) or not state.strip():
-                raise TrainingDataError(
-                    f"unlabelled state {i} must be a non-empty string; got {state!r}",
-                    field=f"unlabeled[{i}]",
-                )
-        labelled = {ex.state for ex in data.examples}
-        pool = [t for t in dict.fromkeys(unlabeled) if t not in labelled]
-        if not pool:
-            raise TrainingDataError(
-                f"none of the {len(unlabeled)} unlabelled states is left once the labelled "
-                "states are removed; pass states that carry no label",
-                field="unlabeled",
-            )
-        return pool
-
     def _supervised(
         self,
         train: TrainingSet,
@@ -743,384 +545,7 @@ class Trainer:
         ece = _ece_after(None, logits_out, labels, types)
         return {"accuracy": acc, "nll": nll, "ece": ece}, logits_out, labels, types
 
-    # -- contrastive stage and prototype head ----------------------------------------------
-
-    def _members(self, data: TrainingSet, qid: str) -> tuple[list[str], list[list[int]]]:
-        """Texts of a question's labelled states plus its option texts, grouped by label."""
-        question = data.questions[qid]
-        texts: list[str] = []
-        members: list[list[int]] = [[] for _ in data.names(qid)]
-        for ex in data.examples:
-            if qid in ex.labels:
-                members[ex.labels[qid]].append(len(texts))
-                texts.append(ex.state)
-        for label, text in enumerate(option_texts(question)):
-            members[label].append(len(texts))
-            texts.append(text)
-        return texts, members
-
-    def contrast(self, train: TrainingSet) -> dict[str, float]:
-        """The contrastive stage (:mod:`engine.train.contrastive`) on the LoRA adapters.
-
-        Step ``s`` of ``contrastive_steps`` takes the questions in turn (those with at least
-        two labels) and samples ``contrastive_per_label`` members of each label; the
-        learning rate warms up over the first sixth of the steps, then decays linearly.
-        """
-        from tqdm.auto import tqdm
-
-        cfg = self.config
-        questions = [q for q in train.questions if len(train.names(q)) >= 2]
-        if not questions:
-            raise TrainingDataError(
-                "the contrastive stage needs a question with at least two labels",
-                field="contrastive_steps",
-            )
-        pools = {q: self._members(train, q) for q in questions}
-        lengths = {q: self._token_counts(pools[q][0]) for q in questions}
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(
-            params, lr=cfg.contrastive_lr or cfg.lr, weight_decay=cfg.weight_decay
-        )
-        total = cfg.contrastive_steps
-        warmup = max(1, round(total / 6))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: min(1.0, (s + 1) / warmup) * max(0.0, 1.0 - s / total)
-        )
-        rng = random.Random(cfg.seed)
-        self.model.train()
-        losses: list[float] = []
-        bar = tqdm(range(total), desc="contrastive", disable=not cfg.progress, leave=False)
-        for step in bar:
-            qid = questions[step % len(questions)]
-            texts, members = pools[qid]
-            batch = contrastive_batch(members, cfg.contrastive_per_label, rng)
-            # The loss is order-free: encode the step's states in chunks of similar length,
-            # so the forward pads (and keeps activations for) a few tokens, not the longest.
-            batch.sort(key=lambda item: lengths[qid][item[0]])
-            size = CONTRASTIVE_CHUNK
-            chunks = [batch[i : i + size] for i in range(0, len(batch), size)]
-            pooled = torch.cat([self._forward([texts[i] for i, _ in c])[2] for c in chunks])
-            labels = torch.tensor([c for _, c in batch], device=self.device)
-            loss = supervised_contrastive_loss(pooled, labels, cfg.contrastive_temperature)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            losses.append(float(loss.detach()))
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-        self.model.eval()
-        tail = losses[-max(1, total // 10) :]
-        return {
-            "contrastive_steps": float(total),
-            "contrastive_loss_first": losses[0],
-            "contrastive_loss_last": sum(tail) / len(tail),
-        }
-
-    @torch.no_grad()
-    def _encode(self, texts: list[str]) -> torch.Tensor:
-        """Adapted, pooled, normalised vectors of ``texts`` (``[N, H]``, CPU), in chunks."""
-        self.model.eval()
-        out = [torch.empty(0, self.backbone.hidden_size)]
-        for start in range(0, len(texts), 64):
-            out.append(self._forward(texts[start : start + 64])[2].float().cpu())
-        return torch.cat(out)
-
-    @torch.no_grad()
-    def fit_prototypes(
-        self, train: TrainingSet, unlabeled: Sequence[str] | None = None
-    ) -> dict[str, float]:
-        """Fit a prototype head per question on the adapted pooled vectors of ``train``.
-
-        Each option's text is one more example of its label (as in the engine's prototype
-        head); the temperature comes from a 5-fold split of those same examples and is
-        folded into the stored weights. A validation split, when there is one, is left
-        for the calibrator that the trainer fits afterwards.
-
-        ``unlabeled`` states (encoded once; :meth:`fit` has already dropped repeats and
-        labelled states, see :meth:`_unlabeled_pool`) are pseudo-labelled for every
-        question by the head fitted on its labelled states, at most ``pseudo_per_label``
-        per option, and join a second fit (:class:`~engine.heads.prototype.PrototypeClassifier`);
-        the temperature still comes from the labelled states alone. Every question sees
-        every unlabelled state, also in data where each question is asked of only some
-        states. Returns the history entry of that step, ``{"unlabeled_states",
-        "pseudo_labels"}`` (the latter counts (state, question) pairs), or ``{}`` without
-        ``unlabeled``.
-        """
-        self.model.eval()
-        pool = None if unlabeled is None else self._encode(list(unlabeled))
-        pseudo = 0
-        for qid, question in train.questions.items():
-            texts, members = self._members(train, qid)
-            labels = torch.empty(len(texts), dtype=torch.long)
-            for label, items in enumerate(members):
-                labels[items] = label
-            vectors = self._encode(texts)
-            names = train.names(qid)
-            fitted = PrototypeClassifier.fit(
-                vectors,
-                labels,
-                len(names),
-                seed=self.config.seed,
-                unlabeled=pool,
-                per_label=self.config.pseudo_per_label,
-            )
-            pseudo += fitted.n_pseudo
-            self.head.add_prototypes(
-                str(question.type),  # type: ignore[attr-defined]
-                names,
-                (fitted.weight / fitted.temperature).to(self.device),
-                (fitted.bias / fitted.temperature).to(self.device),
-            )
-        if pool is None:
-            return {}
-        return {"unlabeled_states": float(len(pool)), "pseudo_labels": float(pseudo)}
-
-    # -- example memory ------------------------------------------------------------------
-
-    @torch.no_grad()
-    def fit_memory(
-        self, train: TrainingSet, val: TrainingSet, calibration: Calibrator
-    ) -> dict[str, dict[str, float]]:
-        """An example memory per question (:mod:`engine.heads.memory`) into ``self.memory``.
-
-        The memory holds the adapted vectors of the question's states in ``train`` (at most
-        ``memory_max_states``); ``k``, ``tau``, the mixture weight and its temperature are
-        chosen on ``val`` against the head's probabilities under ``calibration``. Questions
-        with the same fingerprint (type and option set) share the head's option bank, so
-        they share one memory too: their states and held-out states are pooled. Each state
-        is encoded once. Returns the fit's report per question id, with the ``seconds`` it
-        took.
-        """
-        cfg = self.config
-        self.memory = ExampleMemory()
-        reports: dict[str, dict[str, float]] = {}
-        rng = random.Random(cfg.seed)
-        vectors: dict[str, torch.Tensor] = {}
-
-        def encode(texts: list[str]) -> torch.Tensor:
-            missing = [t for t in dict.fromkeys(texts) if t not in vectors]
-            if missing:
-                vectors.update(zip(missing, self._engine_vectors(missing), strict=True))
-            return torch.stack([vectors[t] for t in texts])
-
-        groups: dict[str, list[str]] = {}
-        for qid in train.questions:
-            groups.setdefault(self.fps[qid], []).append(qid)
-        for qids in groups.values():
-            started = time.perf_counter()
-            qtype = str(train.questions[qids[0]].type)  # type: ignore[attr-defined]
-            names = train.names(qids[0])
-            states: list[tuple[str, int]] = []
-            held: list[str] = []
-            held_probs: list[torch.Tensor] = []
-            held_labels: list[torch.Tensor] = []
-            for qid in qids:
-                # Labels and probabilities in the order of the first question's options.
-                order = [train.names(qid).index(name) for name in names]
-                relabel = [order.index(i) for i in range(len(names))]
-                states += [
-                    (ex.state, relabel[ex.labels[qid]]) for ex in train.examples if qid in ex.labels
-                ]
-                part = val.only(qid)
-                if not part.examples:
-                    continue
-                _, logits, labels, _ = self.evaluate(part)
-                scaled = torch.softmax(
-                    calibration.scale(torch.stack(logits), qtype, len(names)), -1
-                )
-                held_probs.append(calibration.adjust(scaled, qtype, len(names))[:, order])
-                held_labels.append(torch.tensor([relabel[y] for y in labels]))
-                held += [ex.state for ex in part.examples]
-            if not states or not held:
-                continue
-            if len(states) > cfg.memory_max_states:
-                states = rng.sample(states, cfg.memory_max_states)
-            fitted, report = fit_question_memory(
-                encode([state for state, _ in states]),
-                torch.tensor([label for _, label in states]),
-                names,
-                encode(held),
-                torch.cat(held_probs),
-                torch.cat(held_labels),
-            )
-            report["seconds"] = round(time.perf_counter() - started, 1)
-            reports.update(dict.fromkeys(qids, report))
-            if fitted is not None:
-                self.memory.add(qtype, fitted)
-        if not self.memory:
-            self.memory = None
-        return reports
-
-    def _engine_vectors(self, texts: list[str]) -> torch.Tensor:
-        """Adapted pooled vectors of ``texts`` as the loaded model dir computes them: the
-        backbone's own windowed encoding (no ``max_length`` truncation) through the adapted
-        model (``[N, H]``, CPU)."""
-        self.model.eval()
-        base, self.backbone.model = self.backbone.model, self.model
-        try:
-            return self.backbone.encode(texts).pooled.float().cpu()
-        finally:
-            self.backbone.model = base
-
-    # -- RL stage ------------------------------------------------------------------------
-
-    def reinforce(self, train: TrainingSet, val: TrainingSet) -> list[dict[str, float]]:
-        """Policy-gradient fine-tuning of the head with a proper-scoring reward (see rl.py)."""
-        cfg = self.config
-        from tqdm.auto import tqdm
-
-        reference = copy.deepcopy(self.head).eval()
-        for p in reference.parameters():
-            p.requires_grad_(False)
-        params = [p for p in self.head.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=cfg.rl_lr, weight_decay=0.0)
-        credits = {
-            qid: partial_credit(
-                str(q.type),  # type: ignore[attr-defined]
-                len(train.names(qid)),
-                cfg.similarity.get(qid),
-            ).to(self.device)
-            for qid, q in train.questions.items()
-        }
-        gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
-        history = []
-        self.model.eval()
-        for epoch in range(cfg.rl_epochs):
-            order = list(range(len(train)))
-            random.Random(cfg.seed + 7919 * (epoch + 1)).shuffle(order)
-            self.head.train()
-            running, steps = 0.0, 0
-            for start in tqdm(
-                range(0, len(order), cfg.batch_size),
-                desc=f"RL {epoch + 1}/{cfg.rl_epochs}",
-                disable=not cfg.progress,
-                leave=False,
-            ):
-                batch = order[start : start + cfg.batch_size]
-                with torch.no_grad():
-                    tokens, mask, pooled = self.features([train.examples[i].state for i in batch])
-                    ref = {
-                        q: lg
-                        for q, lg, _ in self._question_logits(
-                            train, batch, tokens, mask, pooled, reference
-                        )
-                    }
-                loss = torch.zeros((), device=self.device)
-                for qid, logits, target in self._question_logits(
-                    train, batch, tokens, mask, pooled
-                ):
-                    part = rl_loss(
-                        logits,
-                        ref[qid],
-                        target,
-                        credits[qid],
-                        samples=cfg.rl_samples,
-                        kl_weight=cfg.rl_kl,
-                        generator=gen,
-                    )
-                    loss = loss + part * (len(target) / len(batch))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                optimizer.step()
-                running += float(loss.detach())
-                steps += 1
-            record = {
-                "epoch": float(self.config.epochs + epoch + 1),
-                "rl_loss": running / max(1, steps),
-            }
-            if val.examples:
-                record.update({f"val_{k}": v for k, v in self.evaluate(val)[0].items()})
-            history.append(record)
-        return history
-
-    # -- state, checkpoints, output ------------------------------------------------------
-
-    def _state(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().clone() for n, p in self._trainable().items()}
-
-    @torch.no_grad()
-    def _average(self, params: dict[str, torch.nn.Parameter], step: int) -> None:
-        """One update of the moving average of the trained weights (``ema_decay``)."""
-        assert self._ema is not None
-        decay = min(self.config.ema_decay, (1 + step) / (10 + step))
-        for n, p in params.items():
-            self._ema[n].lerp_(p.detach(), 1.0 - decay)
-
-    def _restore(self, state: dict[str, torch.Tensor]) -> None:
-        params = self._trainable()
-        with torch.no_grad():
-            for n, value in state.items():
-                params[n].copy_(value.to(params[n].device))
-
-    def _save_checkpoint(
-        self,
-        directory: Path,
-        epoch: int,
-        history: list[dict[str, float]],
-        best: dict[str, Any],
-        optimizer: torch.optim.Optimizer,
-        scheduler: Any,
-    ) -> None:
-        from safetensors.torch import save_file
-
-        directory.mkdir(parents=True, exist_ok=True)
-        tensors = {f"current.{n}": v.cpu().contiguous() for n, v in self._state().items()}
-        tensors.update(
-            {f"best.{n}": v.cpu().contiguous() for n, v in (best["state"] or {}).items()}
-        )
-        tensors.update({f"ema.{n}": v.cpu().contiguous() for n, v in (self._ema or {}).items()})
-        opt = optimizer.state_dict()
-        for idx, slots in opt["state"].items():
-            for k, v in slots.items():
-                tensors[f"opt.{idx}.{k}"] = torch.as_tensor(v).cpu().contiguous()
-        save_file(tensors, str(directory / "state.safetensors"))
-        meta = {
-            "epoch": epoch,
-            "history": history,
-            "best_epoch": best["epoch"],
-            "best_score": best["score"],
-            "param_groups": opt["param_groups"],
-            "scheduler": scheduler.state_dict()["last_epoch"],
-            "config": asdict(self.config),
-        }
-        (directory / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
-
-    def _load_checkpoint(
-        self, directory: Path, optimizer: torch.optim.Optimizer, scheduler: Any
-    ) -> tuple[int, list[dict[str, float]], dict[str, Any]]:
-        from safetensors.torch import load_file
-
-        meta = json.loads((directory / "meta.json").read_text())
-        tensors = load_file(str(directory / "state.safetensors"))
-
-        def prefixed(prefix: str) -> dict[str, torch.Tensor]:
-            return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-
-        self._restore(prefixed("current."))
-        best_state = prefixed("best.")
-        params = self._trainable()
-        ema = prefixed("ema.")
-        if ema and self.config.ema_decay > 0:  # a run resumed with the average off drops it
-            self._ema = {n: v.to(params[n].device) for n, v in ema.items()}
-        state: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in tensors.items():
-            if k.startswith("opt."):
-                _, idx, slot = k.split(".", 2)
-                state.setdefault(int(idx), {})[slot] = v
-        groups = meta["param_groups"]
-        for g in groups:
-            if "betas" in g:
-                g["betas"] = tuple(g["betas"])
-        optimizer.load_state_dict({"state": state, "param_groups": groups})
-        scheduler.last_epoch = int(meta["scheduler"])
-        scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
-        best = {
-            "score": float(meta["best_score"]),
-            "epoch": int(meta["best_epoch"]),
-            "state": best_state or None,
-        }
-        return int(meta["epoch"]), list(meta["history"]), best
+    # -- output ----------------------------------------------------------------------
 
     def _write(
         self,

@@ -1,0 +1,193 @@
+"""What a fine-tuning run is asked to do (:class:`TrainConfig`) and what it produced
+(:class:`TrainResult`); ``docs/finetune.md`` has the measurements behind the defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAX_RANK = 256
+HEADS = ("option_evidence", "prototype")
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of a fine-tuning run (stored in ``training.json``)."""
+
+    epochs: int = 4
+    batch_size: int = 32
+    lr: float = 5e-4
+    """Learning rate of the LoRA adapters."""
+    head_lr: float = 2e-3
+    """Learning rate of the head and its option bank."""
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    lora_rank: int = 16
+    """0 trains the head only (the backbone stays frozen)."""
+    lora_alpha: float | None = None
+    """Default: ``2 * lora_rank``."""
+    lora_dropout: float = 0.1
+    use_dora: bool = False
+    """DoRA (Liu et al., 2024): each adapted weight is split into a magnitude per output
+    feature (trained) and a direction that LoRA adapts; merged at load time like LoRA."""
+    lora_plus_ratio: float = 1.0
+    """LoRA+ (Hayou et al., 2024): the learning rate of the adapters' B matrices is ``lr``
+    times this (the A matrices keep ``lr``). 1: plain LoRA."""
+    target_modules: list[str] | None = None
+    """Default: the attention and MLP projections of the backbone's architecture."""
+    label_smoothing: float = 0.1
+    brier_weight: float = 0.5
+    ordinal_weight: float = 1.0
+    head_dim: int = 256
+    head_heads: int = 4
+    head_dropout: float = 0.1
+    evidence: bool = True
+    """``False``: cosine + learned scale only (the "no head" ablation)."""
+    option_bank: bool = True
+    bank_init: str = "text"
+    """Start of each trained option's bank vector: ``"text"``, the embedding of the option's
+    text (an untrained head is the zero-shot scorer); ``"examples"``, the normalised mean
+    of that embedding and the base backbone's embeddings of the option's training states
+    (an untrained head is a nearest-centroid classifier). ``choice`` and ``noul`` only."""
+    val_fraction: float = 0.1
+    patience: int = 2
+    max_length: int | None = 128
+    """Tokens per training text (longer states are truncated while training)."""
+    group_by_length: bool = True
+    """Batch states of similar token length together (shuffled in windows of 50 batches,
+    batch order shuffled), so little compute goes to padding; on BANKING77 the padded tokens
+    per state drop from 47 to 17."""
+    head: str = "option_evidence"
+    """``"option_evidence"``: train the option-evidence head for ``epochs`` epochs;
+    ``"prototype"``: no epochs, fit a linear prototype head per question on the (adapted)
+    pooled vectors of the training states, as the engine does for options with examples;
+    with ``contrastive_steps`` this is the few-shot recipe (SetFit-style)."""
+    contrastive_steps: int = 0
+    """Steps of the contrastive stage on the LoRA adapters before the head (0: none)."""
+    contrastive_per_label: int = 2
+    """States of each label in one contrastive step (the option text counts as one)."""
+    contrastive_temperature: float = 0.05
+    contrastive_lr: float | None = None
+    """Default: ``lr``."""
+    pseudo_per_label: int | None = None
+    """With unlabelled states (``Trainer.fit(..., unlabeled=...)``, ``head="prototype"``):
+    at most this many pseudo-labelled states per option join the prototype head's fit, the
+    most confident first. ``None``: every unlabelled state, with its predicted option."""
+    rl_epochs: int = 0
+    rl_lr: float = 2e-4
+    rl_kl: float = 0.5
+    rl_samples: int = 4
+    similarity: dict[str, list[list[float]]] = field(default_factory=dict)
+    """Per choice question id, an option-similarity matrix in [0, 1] (RL partial credit)."""
+    histogram: bool = False
+    """Fit histogram binning after the temperature (needs a large validation split)."""
+    memory: bool = True
+    """Keep an example memory per question (:mod:`engine.heads.memory`): the adapted vectors
+    of its training states vote with the head (kNN mixture), with ``k``, ``tau``, the
+    mixture weight and its temperature chosen on the validation split; a question keeps
+    none where no mixture lowers the validation NLL. Needs a validation split
+    (``val_fraction > 0``); without one, or with ``refit``, no memory is fitted."""
+    memory_max_states: int = 100_000
+    """Memory states per question at most (a seeded random sample beyond that); each costs
+    ``4 * hidden_size`` bytes on disk and one dot product per decision."""
+    rdrop_weight: float = 0.0
+    """R-Drop (Liang et al., 2021): every batch runs through the model twice, with two
+    dropout draws, and the loss adds this weight times the symmetric KL divergence between
+    the two predictions (the supervised loss is averaged over both). Twice the training
+    compute per epoch. 0: off."""
+    ema_decay: float = 0.0
+    """Keep an exponential moving average of the trained weights (LoRA adapters and head),
+    updated after every step with this decay (warmed up as ``min(decay, (1+t)/(10+t))``);
+    validation, the kept epoch and the saved model then use the average. 0: off."""
+    refit: bool = False
+    """After the run has chosen its epoch and fitted its calibration on the validation
+    split, train again from the same start on all the data, that split included, for the
+    chosen number of epochs, and save that model with that calibration (sklearn's
+    ``refit``). About twice the training time; the model sees ``1/(1-val_fraction)`` times
+    the states. Needs ``val_fraction > 0`` and the option-evidence head."""
+    seed: int = 0
+    device: str | None = None
+    progress: bool = True
+    model_name: str | None = None
+
+    def check(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be at least 1; got {self.epochs}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1; got {self.batch_size}")
+        if not 0 <= self.lora_rank <= MAX_RANK:
+            raise ValueError(f"lora_rank must be in 0..{MAX_RANK}; got {self.lora_rank}")
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {', '.join(HEADS)}; got {self.head!r}")
+        if self.contrastive_steps < 0:
+            raise ValueError(f"contrastive_steps must be >= 0; got {self.contrastive_steps}")
+        if self.contrastive_steps > 0 and self.lora_rank == 0:
+            raise ValueError("contrastive_steps trains the LoRA adapters; it needs lora_rank > 0")
+        if self.contrastive_per_label < 2:
+            raise ValueError(
+                f"contrastive_per_label must be at least 2 (a state needs a positive); "
+                f"got {self.contrastive_per_label}"
+            )
+        if self.contrastive_temperature <= 0:
+            raise ValueError(
+                f"contrastive_temperature must be positive; got {self.contrastive_temperature}"
+            )
+        if self.head == "prototype" and self.rl_epochs > 0:
+            raise ValueError(
+                "the RL stage trains the option-evidence head; head='prototype' "
+                "has none (set rl_epochs=0)"
+            )
+        if self.head == "prototype" and (self.rdrop_weight > 0 or self.ema_decay > 0):
+            raise ValueError(
+                "rdrop_weight and ema_decay act on the option-evidence epochs; "
+                "head='prototype' runs none (set them to 0)"
+            )
+        if self.refit and self.val_fraction == 0:
+            raise ValueError(
+                "refit trains again on the validation split after choosing on it; "
+                "it needs val_fraction > 0"
+            )
+        if self.refit and (self.head == "prototype" or self.rl_epochs > 0):
+            raise ValueError(
+                "refit repeats the option-evidence epochs; it does not support "
+                "head='prototype' or the RL stage (rl_epochs > 0)"
+            )
+        if self.pseudo_per_label is not None and self.pseudo_per_label < 1:
+            raise ValueError(
+                "pseudo_per_label must be at least 1 (or None: no cap); "
+                f"got {self.pseudo_per_label}"
+            )
+        if self.pseudo_per_label is not None and self.head != "prototype":
+            raise ValueError(
+                "pseudo_per_label caps the pseudo-labels of the prototype head; "
+                f"it needs head='prototype' (got head={self.head!r})"
+            )
+        if self.use_dora and self.lora_rank == 0:
+            raise ValueError("use_dora adapts the backbone; it needs lora_rank > 0")
+        if self.lora_plus_ratio <= 0:
+            raise ValueError(f"lora_plus_ratio must be positive; got {self.lora_plus_ratio}")
+        if self.rdrop_weight < 0:
+            raise ValueError(f"rdrop_weight must be non-negative; got {self.rdrop_weight}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"ema_decay must be in [0, 1); got {self.ema_decay}")
+        if self.memory_max_states < 1:
+            raise ValueError(f"memory_max_states must be at least 1; got {self.memory_max_states}")
+        if self.bank_init not in ("text", "examples"):
+            raise ValueError(f"bank_init must be 'text' or 'examples'; got {self.bank_init!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
+        if self.brier_weight < 0 or self.ordinal_weight < 0:
+            raise ValueError("brier_weight and ordinal_weight must be non-negative")
+
+
+@dataclass
+class TrainResult:
+    """What :meth:`Trainer.fit` produced."""
+
+    directory: Path
+    history: list[dict[str, float]]
+    best_epoch: int
+    validation: dict[str, float]
+    seconds: float
+    memory: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per question id, the report of its example memory's fit (``fit_question_memory``)."""

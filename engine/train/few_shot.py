@@ -1,0 +1,202 @@
+"""The few-shot stages of the trainer: the contrastive stage on the LoRA adapters and the
+(semi-supervised) prototype head fitted on the adapted vectors.
+
+:class:`FewShotStages` is a part of :class:`engine.train.trainer.Trainer`; its methods use
+the trainer's backbone, adapted model and head. The loss and the step sampler are in
+:mod:`engine.train.contrastive`, the head in :mod:`engine.heads.prototype`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from engine.heads.prototype import PrototypeClassifier
+from engine.heads.zero_shot import option_texts
+from engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
+from engine.train.data import TrainingDataError, TrainingSet
+
+if TYPE_CHECKING:
+    from engine.backbones.encoder import EncoderBackbone
+    from engine.heads.option_evidence import OptionEvidenceHead
+    from engine.train.config import TrainConfig
+
+CONTRASTIVE_CHUNK = 32
+"""States per backbone forward inside one contrastive step (sorted by length first)."""
+
+
+class FewShotStages:
+    """The contrastive stage, the prototype heads and the unlabelled pool they read."""
+
+    config: TrainConfig
+    backbone: EncoderBackbone
+    model: Any  # the peft model (or the frozen backbone)
+    head: OptionEvidenceHead
+    device: torch.device
+
+    if TYPE_CHECKING:  # defined by the trainer
+
+        def _forward(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+        def _token_counts(self, texts: list[str]) -> list[int]: ...
+
+    def _unlabeled_pool(self, data: TrainingSet, unlabeled: Sequence[str]) -> list[str]:
+        """``unlabeled`` without repeats and labelled states; refuses unusable input early."""
+        if self.config.head != "prototype":
+            raise TrainingDataError(
+                "unlabelled states feed the prototype head's pseudo-labels; "
+                f"they need head='prototype' (got head={self.config.head!r})",
+                field="unlabeled",
+            )
+        if isinstance(unlabeled, str):
+            raise TrainingDataError(
+                "unlabeled must be a sequence of states, not one string", field="unlabeled"
+            )
+        for i, state in enumerate(unlabeled):
+            if not isinstance(state, str) or not state.strip():
+                raise TrainingDataError(
+                    f"unlabelled state {i} must be a non-empty string; got {state!r}",
+                    field=f"unlabeled[{i}]",
+                )
+        labelled = {ex.state for ex in data.examples}
+        pool = [t for t in dict.fromkeys(unlabeled) if t not in labelled]
+        if not pool:
+            raise TrainingDataError(
+                f"none of the {len(unlabeled)} unlabelled states is left once the labelled "
+                "states are removed; pass states that carry no label",
+                field="unlabeled",
+            )
+        return pool
+
+    def _members(self, data: TrainingSet, qid: str) -> tuple[list[str], list[list[int]]]:
+        """Texts of a question's labelled states plus its option texts, grouped by label."""
+        question = data.questions[qid]
+        texts: list[str] = []
+        members: list[list[int]] = [[] for _ in data.names(qid)]
+        for ex in data.examples:
+            if qid in ex.labels:
+                members[ex.labels[qid]].append(len(texts))
+                texts.append(ex.state)
+        for label, text in enumerate(option_texts(question)):
+            members[label].append(len(texts))
+            texts.append(text)
+        return texts, members
+
+    def contrast(self, train: TrainingSet) -> dict[str, float]:
+        """The contrastive stage (:mod:`engine.train.contrastive`) on the LoRA adapters.
+
+        Step ``s`` of ``contrastive_steps`` takes the questions in turn (those with at least
+        two labels) and samples ``contrastive_per_label`` members of each label; the
+        learning rate warms up over the first sixth of the steps, then decays linearly.
+        """
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        questions = [q for q in train.questions if len(train.names(q)) >= 2]
+        if not questions:
+            raise TrainingDataError(
+                "the contrastive stage needs a question with at least two labels",
+                field="contrastive_steps",
+            )
+        pools = {q: self._members(train, q) for q in questions}
+        lengths = {q: self._token_counts(pools[q][0]) for q in questions}
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(
+            params, lr=cfg.contrastive_lr or cfg.lr, weight_decay=cfg.weight_decay
+        )
+        total = cfg.contrastive_steps
+        warmup = max(1, round(total / 6))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min(1.0, (s + 1) / warmup) * max(0.0, 1.0 - s / total)
+        )
+        rng = random.Random(cfg.seed)
+        self.model.train()
+        losses: list[float] = []
+        bar = tqdm(range(total), desc="contrastive", disable=not cfg.progress, leave=False)
+        for step in bar:
+            qid = questions[step % len(questions)]
+            texts, members = pools[qid]
+            batch = contrastive_batch(members, cfg.contrastive_per_label, rng)
+            # The loss is order-free: encode the step's states in chunks of similar length,
+            # so the forward pads (and keeps activations for) a few tokens, not the longest.
+            batch.sort(key=lambda item: lengths[qid][item[0]])
+            size = CONTRASTIVE_CHUNK
+            chunks = [batch[i : i + size] for i in range(0, len(batch), size)]
+            pooled = torch.cat([self._forward([texts[i] for i, _ in c])[2] for c in chunks])
+            labels = torch.tensor([c for _, c in batch], device=self.device)
+            loss = supervised_contrastive_loss(pooled, labels, cfg.contrastive_temperature)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            losses.append(float(loss.detach()))
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        self.model.eval()
+        tail = losses[-max(1, total // 10) :]
+        return {
+            "contrastive_steps": float(total),
+            "contrastive_loss_first": losses[0],
+            "contrastive_loss_last": sum(tail) / len(tail),
+        }
+
+    @torch.no_grad()
+    def _encode(self, texts: list[str]) -> torch.Tensor:
+        """Adapted, pooled, normalised vectors of ``texts`` (``[N, H]``, CPU), in chunks."""
+        self.model.eval()
+        out = [torch.empty(0, self.backbone.hidden_size)]
+        for start in range(0, len(texts), 64):
+            out.append(self._forward(texts[start : start + 64])[2].float().cpu())
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def fit_prototypes(
+        self, train: TrainingSet, unlabeled: Sequence[str] | None = None
+    ) -> dict[str, float]:
+        """Fit a prototype head per question on the adapted pooled vectors of ``train``.
+
+        Each option's text is one more example of its label (as in the engine's prototype
+        head); the temperature comes from a 5-fold split of those same examples and is
+        folded into the stored weights. A validation split, when there is one, is left
+        for the calibrator that the trainer fits afterwards.
+
+        ``unlabeled`` states (encoded once; :meth:`fit` has already dropped repeats and
+        labelled states, see :meth:`_unlabeled_pool`) are pseudo-labelled for every
+        question by the head fitted on its labelled states, at most ``pseudo_per_label``
+        per option, and join a second fit (:class:`~engine.heads.prototype.PrototypeClassifier`);
+        the temperature still comes from the labelled states alone. Every question sees
+        every unlabelled state, also in data where each question is asked of only some
+        states. Returns the history entry of that step, ``{"unlabeled_states",
+        "pseudo_labels"}`` (the latter counts (state, question) pairs), or ``{}`` without
+        ``unlabeled``.
+        """
+        self.model.eval()
+        pool = None if unlabeled is None else self._encode(list(unlabeled))
+        pseudo = 0
+        for qid, question in train.questions.items():
+            texts, members = self._members(train, qid)
+            labels = torch.empty(len(texts), dtype=torch.long)
+            for label, items in enumerate(members):
+                labels[items] = label
+            vectors = self._encode(texts)
+            names = train.names(qid)
+            fitted = PrototypeClassifier.fit(
+                vectors,
+                labels,
+                len(names),
+                seed=self.config.seed,
+                unlabeled=pool,
+                per_label=self.config.pseudo_per_label,
+            )
+            pseudo += fitted.n_pseudo
+            self.head.add_prototypes(
+                str(question.type),  # type: ignore[attr-defined]
+                names,
+                (fitted.weight / fitted.temperature).to(self.device),
+                (fitted.bias / fitted.temperature).to(self.device),
+            )
+        if pool is None:
+            return {}
+        return {"unlabeled_states": float(len(pool)), "pseudo_labels": float(pseudo)}

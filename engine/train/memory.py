@@ -1,0 +1,124 @@
+"""The trainer's last stage: an example memory per question (:mod:`engine.heads.memory`).
+
+:class:`MemoryStage` is a part of :class:`engine.train.trainer.Trainer`; it encodes the
+training states with the adapted model, as the loaded model dir will, and chooses the
+memory's settings on the validation split.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from engine.heads.memory import ExampleMemory, fit_question_memory
+from engine.train.data import TrainingSet
+
+if TYPE_CHECKING:
+    from engine.backbones.encoder import EncoderBackbone
+    from engine.calibration.temperature import Calibrator
+    from engine.heads.option_evidence import OptionEvidenceHead
+    from engine.train.config import TrainConfig
+
+
+class MemoryStage:
+    """Fits :attr:`memory` after the trainer has fitted its calibration."""
+
+    config: TrainConfig
+    backbone: EncoderBackbone
+    model: Any  # the peft model (or the frozen backbone)
+    fps: dict[str, str]
+    memory: ExampleMemory | None
+
+    if TYPE_CHECKING:  # defined by the trainer
+
+        def evaluate(
+            self, data: TrainingSet, head: OptionEvidenceHead | None = None
+        ) -> tuple[dict[str, float], list[torch.Tensor], list[int], list[str]]: ...
+
+    @torch.no_grad()
+    def fit_memory(
+        self, train: TrainingSet, val: TrainingSet, calibration: Calibrator
+    ) -> dict[str, dict[str, float]]:
+        """An example memory per question (:mod:`engine.heads.memory`) into ``self.memory``.
+
+        The memory holds the adapted vectors of the question's states in ``train`` (at most
+        ``memory_max_states``); ``k``, ``tau``, the mixture weight and its temperature are
+        chosen on ``val`` against the head's probabilities under ``calibration``. Questions
+        with the same fingerprint (type and option set) share the head's option bank, so
+        they share one memory too: their states and held-out states are pooled. Each state
+        is encoded once. Returns the fit's report per question id, with the ``seconds`` it
+        took.
+        """
+        cfg = self.config
+        self.memory = ExampleMemory()
+        reports: dict[str, dict[str, float]] = {}
+        rng = random.Random(cfg.seed)
+        vectors: dict[str, torch.Tensor] = {}
+
+        def encode(texts: list[str]) -> torch.Tensor:
+            missing = [t for t in dict.fromkeys(texts) if t not in vectors]
+            if missing:
+                vectors.update(zip(missing, self._engine_vectors(missing), strict=True))
+            return torch.stack([vectors[t] for t in texts])
+
+        groups: dict[str, list[str]] = {}
+        for qid in train.questions:
+            groups.setdefault(self.fps[qid], []).append(qid)
+        for qids in groups.values():
+            started = time.perf_counter()
+            qtype = str(train.questions[qids[0]].type)  # type: ignore[attr-defined]
+            names = train.names(qids[0])
+            states: list[tuple[str, int]] = []
+            held: list[str] = []
+            held_probs: list[torch.Tensor] = []
+            held_labels: list[torch.Tensor] = []
+            for qid in qids:
+                # Labels and probabilities in the order of the first question's options.
+                order = [train.names(qid).index(name) for name in names]
+                relabel = [order.index(i) for i in range(len(names))]
+                states += [
+                    (ex.state, relabel[ex.labels[qid]]) for ex in train.examples if qid in ex.labels
+                ]
+                part = val.only(qid)
+                if not part.examples:
+                    continue
+                _, logits, labels, _ = self.evaluate(part)
+                scaled = torch.softmax(
+                    calibration.scale(torch.stack(logits), qtype, len(names)), -1
+                )
+                held_probs.append(calibration.adjust(scaled, qtype, len(names))[:, order])
+                held_labels.append(torch.tensor([relabel[y] for y in labels]))
+                held += [ex.state for ex in part.examples]
+            if not states or not held:
+                continue
+            if len(states) > cfg.memory_max_states:
+                states = rng.sample(states, cfg.memory_max_states)
+            fitted, report = fit_question_memory(
+                encode([state for state, _ in states]),
+                torch.tensor([label for _, label in states]),
+                names,
+                encode(held),
+                torch.cat(held_probs),
+                torch.cat(held_labels),
+            )
+            report["seconds"] = round(time.perf_counter() - started, 1)
+            reports.update(dict.fromkeys(qids, report))
+            if fitted is not None:
+                self.memory.add(qtype, fitted)
+        if not self.memory:
+            self.memory = None
+        return reports
+
+    def _engine_vectors(self, texts: list[str]) -> torch.Tensor:
+        """Adapted pooled vectors of ``texts`` as the loaded model dir computes them: the
+        backbone's own windowed encoding (no ``max_length`` truncation) through the adapted
+        model (``[N, H]``, CPU)."""
+        self.model.eval()
+        base, self.backbone.model = self.backbone.model, self.model
+        try:
+            return self.backbone.encode(texts).pooled.float().cpu()
+        finally:
+            self.backbone.model = base
