@@ -12,23 +12,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from engine.train.config import TrainConfig
+from engine.train.forward import ModelForward
 
 
-class CheckpointState:
+class CheckpointState(ModelForward):
     """Copies, averages, restores and checkpoints the trained weights."""
-
-    config: TrainConfig
-    _ema: dict[str, torch.Tensor] | None
-
-    if TYPE_CHECKING:  # defined by the trainer
-
-        def _trainable(self) -> dict[str, torch.nn.Parameter]: ...
 
     def _state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self._trainable().items()}

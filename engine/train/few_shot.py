@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,30 +17,14 @@ from engine.heads.prototype import PrototypeClassifier
 from engine.heads.zero_shot import option_texts
 from engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
 from engine.train.data import TrainingDataError, TrainingSet
-
-if TYPE_CHECKING:
-    from engine.backbones.encoder import EncoderBackbone
-    from engine.heads.option_evidence import OptionEvidenceHead
-    from engine.train.config import TrainConfig
+from engine.train.forward import ModelForward
 
 CONTRASTIVE_CHUNK = 32
 """States per backbone forward inside one contrastive step (sorted by length first)."""
 
 
-class FewShotStages:
+class FewShotStages(ModelForward):
     """The contrastive stage, the prototype heads and the unlabelled pool they read."""
-
-    config: TrainConfig
-    backbone: EncoderBackbone
-    model: Any  # the peft model (or the frozen backbone)
-    head: OptionEvidenceHead
-    device: torch.device
-
-    if TYPE_CHECKING:  # defined by the trainer
-
-        def _forward(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
-
-        def _token_counts(self, texts: list[str]) -> list[int]: ...
 
     def _unlabeled_pool(self, data: TrainingSet, unlabeled: Sequence[str]) -> list[str]:
         """``unlabeled`` without repeats and labelled states; refuses unusable input early."""

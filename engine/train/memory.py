@@ -9,34 +9,20 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.heads.memory import ExampleMemory, fit_question_memory
 from engine.train.data import TrainingSet
+from engine.train.forward import ModelForward
 
 if TYPE_CHECKING:
-    from engine.backbones.encoder import EncoderBackbone
     from engine.calibration.temperature import Calibrator
-    from engine.heads.option_evidence import OptionEvidenceHead
-    from engine.train.config import TrainConfig
 
 
-class MemoryStage:
+class MemoryStage(ModelForward):
     """Fits :attr:`memory` after the trainer has fitted its calibration."""
-
-    config: TrainConfig
-    backbone: EncoderBackbone
-    model: Any  # the peft model (or the frozen backbone)
-    fps: dict[str, str]
-    memory: ExampleMemory | None
-
-    if TYPE_CHECKING:  # defined by the trainer
-
-        def evaluate(
-            self, data: TrainingSet, head: OptionEvidenceHead | None = None
-        ) -> tuple[dict[str, float], list[torch.Tensor], list[int], list[str]]: ...
 
     @torch.no_grad()
     def fit_memory(

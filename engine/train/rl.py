@@ -23,16 +23,12 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import TYPE_CHECKING, Any
 
 import torch
 
 from engine.train.data import TrainingSet
+from engine.train.forward import ModelForward
 from engine.train.losses import partial_credit
-
-if TYPE_CHECKING:
-    from engine.heads.option_evidence import OptionEvidenceHead
-    from engine.train.config import TrainConfig
 
 
 def rl_loss(
@@ -60,32 +56,9 @@ def rl_loss(
     return policy + honesty + kl_weight * kl
 
 
-class ReinforceStage:
+class ReinforceStage(ModelForward):
     """The RL stage of :class:`engine.train.trainer.Trainer` (``rl_epochs > 0``): the head
     is trained on :func:`rl_loss` over the trainer's features, the adapters stay fixed."""
-
-    config: TrainConfig
-    model: Any  # the peft model (or the frozen backbone)
-    head: OptionEvidenceHead
-    device: torch.device
-
-    if TYPE_CHECKING:  # defined by the trainer
-
-        def features(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
-
-        def _question_logits(
-            self,
-            data: TrainingSet,
-            batch: list[int],
-            tokens: torch.Tensor,
-            mask: torch.Tensor,
-            pooled: torch.Tensor,
-            head: OptionEvidenceHead | None = None,
-        ) -> list[tuple[str, torch.Tensor, torch.Tensor]]: ...
-
-        def evaluate(
-            self, data: TrainingSet, head: OptionEvidenceHead | None = None
-        ) -> tuple[dict[str, float], list[torch.Tensor], list[int], list[str]]: ...
 
     def reinforce(self, train: TrainingSet, val: TrainingSet) -> list[dict[str, float]]:
         """Policy-gradient fine-tuning of the head with a proper-scoring reward (see rl.py)."""

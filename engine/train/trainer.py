@@ -51,7 +51,6 @@ import torch
 from engine.backbones import PACKAGED
 from engine.backbones.encoder import EncoderBackbone
 from engine.calibration.fit import fit_calibrator
-from engine.calibration.metrics import expected_calibration_error
 from engine.calibration.temperature import Calibrator
 from engine.errors import peft_quietly, require
 from engine.heads.memory import MEMORY_FILE, ExampleMemory
@@ -60,7 +59,6 @@ from engine.heads.option_evidence import (
     HeadConfig,
     OptionEvidenceHead,
     fingerprint,
-    pad_tokens,
 )
 from engine.heads.zero_shot import option_texts
 from engine.runtime.adapter import ADAPTER_DIR
@@ -69,6 +67,7 @@ from engine.train.checkpoint import CheckpointState
 from engine.train.config import HEADS, MAX_RANK, TrainConfig, TrainResult
 from engine.train.data import TrainingDataError, TrainingSet, split
 from engine.train.few_shot import CONTRASTIVE_CHUNK, FewShotStages
+from engine.train.forward import _ece_after
 from engine.train.losses import decision_loss, symmetric_kl
 from engine.train.memory import MemoryStage
 from engine.train.rl import ReinforceStage
@@ -114,8 +113,9 @@ def _default_targets(model: torch.nn.Module) -> list[str]:
 class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
     """Fine-tunes a backbone (LoRA) and the option-evidence head; see the module docstring.
 
-    The stages past the supervised epochs live beside it: the contrastive stage and the
-    prototype heads in :mod:`engine.train.few_shot`, the example memory in
+    The rest of it lives beside it: the forward passes every stage reads (features,
+    logits per question, evaluation) in :mod:`engine.train.forward`, the contrastive stage
+    and the prototype heads in :mod:`engine.train.few_shot`, the example memory in
     :mod:`engine.train.memory`, the RL stage in :mod:`engine.train.rl`, kept states and
     checkpoints in :mod:`engine.train.checkpoint`.
 
@@ -200,88 +200,7 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         means = torch.stack([pooled[items].mean(dim=0) for items in members])
         return torch.nn.functional.normalize(means, dim=-1)
 
-    def _trainable(self) -> dict[str, torch.nn.Parameter]:
-        out = {f"head.{n}": p for n, p in self.head.named_parameters() if p.requires_grad}
-        if self.config.lora_rank > 0:
-            out.update(
-                {f"lora.{n}": p for n, p in self.model.named_parameters() if p.requires_grad}
-            )
-        return out
-
-    def features(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(token states [B, L, H], mask [B, L], pooled [B, H])`` as the engine computes them.
-
-        With a frozen backbone (``lora_rank=0``) each text is encoded once and cached, so
-        later epochs only run the head.
-        """
-        if self.config.lora_rank > 0:
-            return self._forward(texts)
-        missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
-        with torch.no_grad():
-            for start in range(0, len(missing), 64):
-                chunk = missing[start : start + 64]
-                hidden, mask, pooled = self._forward(chunk)
-                for i, text in enumerate(chunk):
-                    self._cache[text] = (hidden[i, : int(mask[i].sum())].clone(), pooled[i].clone())
-        tokens, mask = pad_tokens([self._cache[t][0] for t in texts])
-        return tokens, mask, torch.stack([self._cache[t][1] for t in texts])
-
-    def _forward(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        tok = self.backbone.tokenizer
-        enc = tok(
-            texts,
-            padding=True,
-            truncation=True,
-            max_length=min(
-                self.config.max_length or self.backbone.max_length, self.backbone.max_length
-            ),
-            return_tensors="pt",
-        )
-        ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
-        m = mask.unsqueeze(-1).float()
-        hidden = hidden * m
-        pooled = torch.nn.functional.normalize(hidden.sum(1) / m.sum(1).clamp(min=1.0), dim=-1)
-        return hidden, mask.bool(), pooled
-
-    def _question_logits(
-        self,
-        data: TrainingSet,
-        batch: list[int],
-        tokens: torch.Tensor,
-        mask: torch.Tensor,
-        pooled: torch.Tensor,
-        head: OptionEvidenceHead | None = None,
-    ) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-        """Per question asked in the batch: ``(qid, logits [b, n], targets [b])``."""
-        head = head or self.head
-        out = []
-        for qid, question in data.questions.items():
-            rows = [r for r, i in enumerate(batch) if qid in data.examples[i].labels]
-            if not rows:
-                continue
-            idx = torch.tensor(rows, device=self.device)
-            qtype = str(question.type)  # type: ignore[attr-defined]
-            logits = head.prototype_logits(qtype, data.names(qid), pooled[idx])
-            if logits is None:
-                options = head.option_vectors(qtype, data.names(qid), None)
-                logits = head(tokens[idx], mask[idx], pooled[idx], options, qtype)
-            target = torch.tensor(
-                [data.examples[batch[r]].labels[qid] for r in rows], device=self.device
-            )
-            out.append((qid, logits, target))
-        return out
-
     # -- loop ----------------------------------------------------------------------------
-
-    def _lengths(self, data: TrainingSet) -> list[int]:
-        """Token count of each state, as :meth:`_forward` truncates it."""
-        return self._token_counts([ex.state for ex in data.examples])
-
-    def _token_counts(self, texts: list[str]) -> list[int]:
-        limit = min(self.config.max_length or self.backbone.max_length, self.backbone.max_length)
-        enc = self.backbone.tokenizer(texts, truncation=True, max_length=limit)
-        return [len(ids) for ids in enc["input_ids"]]
 
     def fit(
         self,
@@ -514,37 +433,6 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
 
         return history, best
 
-    @torch.no_grad()
-    def evaluate(
-        self, data: TrainingSet, head: OptionEvidenceHead | None = None
-    ) -> tuple[dict[str, float], list[torch.Tensor], list[int], list[str]]:
-        """Raw-logit metrics on ``data`` plus the logits, labels and types themselves."""
-        self.model.eval()
-        head = head or self.head
-        head.eval()
-        logits_out: list[torch.Tensor] = []
-        labels: list[int] = []
-        types: list[str] = []
-        order = list(range(len(data)))
-        for start in range(0, len(order), 64):
-            batch = order[start : start + 64]
-            tokens, mask, pooled = self.features([data.examples[i].state for i in batch])
-            for qid, logits, target in self._question_logits(
-                data, batch, tokens, mask, pooled, head
-            ):
-                qtype = str(data.questions[qid].type)  # type: ignore[attr-defined]
-                logits_out.extend(logits.detach().double().cpu())
-                labels.extend(int(t) for t in target)
-                types.extend([qtype] * len(target))
-        nll = sum(
-            float(-torch.log_softmax(row, -1)[y]) for row, y in zip(logits_out, labels, strict=True)
-        ) / max(1, len(labels))
-        acc = sum(int(row.argmax()) == y for row, y in zip(logits_out, labels, strict=True)) / max(
-            1, len(labels)
-        )
-        ece = _ece_after(None, logits_out, labels, types)
-        return {"accuracy": acc, "nll": nll, "ece": ece}, logits_out, labels, types
-
     # -- output ----------------------------------------------------------------------
 
     def _write(
@@ -636,23 +524,3 @@ def _batches(
         batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
     rng.shuffle(batches)
     return batches
-
-
-def _ece_after(
-    calibration: Any, logits: list[torch.Tensor], labels: list[int], types: list[str]
-) -> float:
-    """Mean ECE over question groups with the same option count (after ``calibration``)."""
-    groups: dict[int, list[int]] = {}
-    for i, row in enumerate(logits):
-        groups.setdefault(int(row.numel()), []).append(i)
-    total, weighted = 0, 0.0
-    for n, idx in groups.items():
-        rows = torch.stack([logits[i] for i in idx]).double()
-        if calibration is not None:
-            t = types[idx[0]]
-            probs = calibration.adjust(torch.softmax(calibration.scale(rows, t, n), -1), t, n)
-        else:
-            probs = torch.softmax(rows, -1)
-        weighted += len(idx) * expected_calibration_error(probs.numpy(), [labels[i] for i in idx])
-        total += len(idx)
-    return weighted / max(1, total)
