@@ -391,13 +391,10 @@ def memory_variants(seed: int) -> None:
                     recorded.vectors, recorded.labels, names, wide.settings
                 ),
             }
-            for name, settings in (("", recorded.settings), ("wide_grid_", wide.settings)):
-                variants[f"{name}plus_validation"] = QuestionMemory(
-                    torch.cat([recorded.vectors, val_v]),
-                    torch.cat([recorded.labels, val_y]),
-                    names,
-                    settings,
-                )
+            # What TrainConfig(memory_add_validation=True) stores (QuestionMemory.extended).
+            for name in ("recorded", "wide_grid"):
+                prefix = "" if name == "recorded" else f"{name}_"
+                variants[f"{prefix}plus_validation"] = variants[name].extended(val_v, val_y)
             out: dict[str, Any] = {"head": fb._metrics(test_p.numpy(), test_y)}
             for name, memory in variants.items():
                 p = memory.mix(test_p, test_v, names).numpy()

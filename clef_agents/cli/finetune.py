@@ -168,7 +168,14 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="example memory: at most N states per question (default 100000)",
+        help="example memory: at most N training states per question (default 100000)",
+    )
+    p.add_argument(
+        "--memory-add-validation",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="example memory: once the validation split has chosen its settings, add the "
+        "validation states to it too (default: off)",
     )
     p.add_argument(
         "--histogram",
@@ -210,6 +217,7 @@ _FIELDS = (
     "ema_decay",
     "refit",
     "memory_max_states",
+    "memory_add_validation",
     "seed",
     "device",
 )

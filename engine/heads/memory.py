@@ -123,6 +123,16 @@ class QuestionMemory:
     def __len__(self) -> int:
         return int(self.labels.numel())
 
+    def extended(self, vectors: torch.Tensor, labels: torch.Tensor) -> QuestionMemory:
+        """A memory with the same options and settings that also holds ``vectors``
+        (``[N, H]``) labelled ``labels`` (``[N]``, in the order of :attr:`names`)."""
+        return QuestionMemory(
+            torch.cat([self.vectors, vectors.detach().float().cpu()]),
+            torch.cat([self.labels, labels.detach().long().cpu()]),
+            self.names,
+            self.settings,
+        )
+
     def vote(self, pooled: torch.Tensor) -> torch.Tensor:
         """Vote probabilities ``[B, n]`` (float64) of ``pooled`` ``[B, H]``, stored order."""
         device, vectors, labels = self._placed

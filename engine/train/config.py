@@ -88,8 +88,12 @@ class TrainConfig:
     none where no mixture lowers the validation NLL. Needs a validation split
     (``val_fraction > 0``); without one, or with ``refit``, no memory is fitted."""
     memory_max_states: int = 100_000
-    """Memory states per question at most (a seeded random sample beyond that); each costs
-    ``4 * hidden_size`` bytes on disk and one dot product per decision."""
+    """Training states per question in the memory at most (a seeded random sample beyond
+    that); each costs ``4 * hidden_size`` bytes on disk and one dot product per decision."""
+    memory_add_validation: bool = False
+    """Once the validation split has chosen the memory's settings, its states join the
+    memory too (``1 / (1 - val_fraction)`` times the states, on top of
+    ``memory_max_states``)."""
     rdrop_weight: float = 0.0
     """R-Drop (Liang et al., 2021): every batch runs through the model twice, with two
     dropout draws, and the loss adds this weight times the symmetric KL divergence between

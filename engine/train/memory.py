@@ -32,7 +32,8 @@ class MemoryStage(ModelForward):
 
         The memory holds the adapted vectors of the question's states in ``train`` (at most
         ``memory_max_states``); ``k``, ``tau``, the mixture weight and its temperature are
-        chosen on ``val`` against the head's probabilities under ``calibration``. Questions
+        chosen on ``val`` against the head's probabilities under ``calibration``; with
+        ``memory_add_validation`` the ``val`` states then join the memory. Questions
         with the same fingerprint (type and option set) share the head's option bank, so
         they share one memory too: their states and held-out states are pooled. Each state
         is encoded once. Returns the fit's report per question id, with the ``seconds`` it
@@ -90,6 +91,10 @@ class MemoryStage(ModelForward):
                 torch.cat(held_probs),
                 torch.cat(held_labels),
             )
+            if fitted is not None and cfg.memory_add_validation:
+                # The settings are chosen; the held-out states join the memory they chose.
+                fitted = fitted.extended(encode(held), torch.cat(held_labels))
+                report["validation_states"] = float(len(held))
             report["seconds"] = round(time.perf_counter() - started, 1)
             reports.update(dict.fromkeys(qids, report))
             if fitted is not None:

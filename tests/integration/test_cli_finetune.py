@@ -291,6 +291,13 @@ def test_finetune_keeps_an_example_memory_and_calibrate_refits_it(tiny_dir, tmp_
     assert not (out / "memory.safetensors").exists()
     assert DecisionEngine.from_pretrained(out, device="cpu").head.memory is None
 
+    for flag, added in (("--memory-add-validation", 60), ("--no-memory-add-validation", None)):
+        assert main([*args, "--epochs", "1", "--val-fraction", "0.25", flag]) == 0
+        ((_, fit),) = json.loads(capsys.readouterr().out)["memory"].items()
+        assert fit.get("validation_states") == added
+        memory = DecisionEngine.from_pretrained(out, device="cpu").head.memory
+        assert [len(m) for m in memory.questions.values()] == [180 + (added or 0)]
+
     assert main([*args, "--epochs", "1", "--val-fraction", "0.25", "--no-memory"]) == 0
     assert "memory" not in json.loads(capsys.readouterr().out)
     assert not (out / "memory.safetensors").exists()

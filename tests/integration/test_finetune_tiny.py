@@ -343,6 +343,38 @@ def test_memory_max_states_samples_the_training_states(backbone_dir, tmp_path) -
     assert [len(m) for m in trainer.memory.questions.values()] == [40]
 
 
+def test_memory_add_validation_adds_the_held_out_states_after_the_fit(
+    backbone_dir, tmp_path
+) -> None:
+    runs = {}
+    for add in (False, True):
+        trainer = Trainer(config(epochs=1, memory_add_validation=add), backbone=str(backbone_dir))
+        runs[add] = trainer, trainer.fit(memorised(), tmp_path / str(add))
+    (off, off_result), (on, on_result) = runs[False], runs[True]
+    settings = ("k", "tau", "lam", "temperature", "nll_memory", "states", "held_out")
+    # The same model chooses the same settings; only the stored states differ.
+    assert {k: on_result.memory["route"][k] for k in settings} == {
+        k: off_result.memory["route"][k] for k in settings
+    }
+    assert on_result.memory["route"]["validation_states"] == 60
+    assert "validation_states" not in off_result.memory["route"]
+    assert off.memory is not None and on.memory is not None
+    before = off.memory.questions[off.fps["route"]]
+    after = on.memory.questions[on.fps["route"]]
+    assert (len(before), len(after)) == (180, 240)
+    torch.testing.assert_close(after.vectors[:180], before.vectors, atol=1e-6, rtol=0)
+    assert torch.equal(after.labels[:180], before.labels)
+    _, val = split(memorised(), 0.25, seed=0)  # the trainer's split: the held-out states
+    assert after.labels[180:].tolist() == [ex.labels["route"] for ex in val.examples]
+    engine = DecisionEngine.from_pretrained(tmp_path / "True", device="cpu")
+    texts = [ex.state for ex in val.examples]
+    torch.testing.assert_close(
+        after.vectors[180:], engine.backbone.encode(texts).pooled, atol=1e-5, rtol=0
+    )
+    loaded = engine.head.memory.questions[on.fps["route"]]  # type: ignore[union-attr]
+    assert len(loaded) == 240 and loaded.settings == after.settings
+
+
 def test_int8_loads_and_answers(trained) -> None:
     _, _, out = trained
     engine = DecisionEngine.from_pretrained(out, device="cpu", quantize="int8")

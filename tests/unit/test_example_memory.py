@@ -42,6 +42,19 @@ def test_vote_weights_the_k_nearest_by_exp_cos_over_tau() -> None:
     assert vote.dtype == torch.float64
 
 
+def test_extended_memory_keeps_options_and_settings_and_votes_with_the_new_states() -> None:
+    settings = MemorySettings(k=1, tau=0.1, lam=0.5)
+    memory = QuestionMemory(unit([1, 0]), torch.tensor([0]), NAMES, settings)
+    grown = memory.extended(unit([0, 1]), torch.tensor([2]))
+    assert (len(memory), len(grown)) == (1, 2)  # the original is left as it was
+    assert grown.names == NAMES and grown.settings == settings
+    assert grown.labels.tolist() == [0, 2]
+    assert memory.vote(unit([0.1, 1])).argmax(-1).item() == 0  # its only state
+    assert grown.vote(unit([0.1, 1])).argmax(-1).item() == 2  # the new, nearer one
+    with pytest.raises(ValueError, match="memory labels must index the 3 options"):
+        memory.extended(unit([0, 1]), torch.tensor([3]))
+
+
 def test_mix_is_the_weighted_sum_under_the_mixture_temperature() -> None:
     settings = MemorySettings(k=1, tau=0.1, lam=0.25, temperature=2.0)
     memory = QuestionMemory(unit([1, 0], [0, 1]), torch.tensor([0, 2]), NAMES, settings)
