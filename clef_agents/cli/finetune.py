@@ -175,7 +175,7 @@ def register(sub: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="example memory: once the validation split has chosen its settings, add the "
-        "validation states to it too (default: off)",
+        "validation states to it too (default: on)",
     )
     p.add_argument(
         "--histogram",

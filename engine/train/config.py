@@ -90,10 +90,11 @@ class TrainConfig:
     memory_max_states: int = 100_000
     """Training states per question in the memory at most (a seeded random sample beyond
     that); each costs ``4 * hidden_size`` bytes on disk and one dot product per decision."""
-    memory_add_validation: bool = False
+    memory_add_validation: bool = True
     """Once the validation split has chosen the memory's settings, its states join the
     memory too (``1 / (1 - val_fraction)`` times the states, on top of
-    ``memory_max_states``)."""
+    ``memory_max_states``). On BANKING77 this added 0 to 0.09 test macro-F1 and lowered
+    test NLL on every seed (``docs/finetune.md``)."""
     rdrop_weight: float = 0.0
     """R-Drop (Liang et al., 2021): every batch runs through the model twice, with two
     dropout draws, and the loss adds this weight times the symmetric KL divergence between

@@ -243,9 +243,10 @@ def test_engine_mixes_the_trained_head_with_the_memory(with_memory) -> None:
 def test_memory_vectors_are_those_the_loaded_engine_computes(with_memory) -> None:
     trainer, _, out = with_memory
     engine = DecisionEngine.from_pretrained(out, device="cpu")
-    fitted, _ = split(memorised(), 0.25, seed=0)  # the trainer's split: the memory states
+    fitted, val = split(memorised(), 0.25, seed=0)  # the trainer's split
     stored = trainer.memory.questions[trainer.fps["route"]].vectors
-    texts = [ex.state for ex in fitted.examples]
+    # The training states, then (memory_add_validation, the default) the validation states.
+    texts = [ex.state for ex in fitted.examples + val.examples]
     torch.testing.assert_close(stored, engine.backbone.encode(texts).pooled, atol=1e-5, rtol=0)
     # A state longer than the training max_length (32 tokens) is not truncated for it.
     long = " ".join(["refund payment login error"] * 30)
@@ -340,7 +341,8 @@ def test_memory_max_states_samples_the_training_states(backbone_dir, tmp_path) -
     result = trainer.fit(memorised(), tmp_path)
     assert result.memory["route"]["states"] == 40
     assert trainer.memory is not None
-    assert [len(m) for m in trainer.memory.questions.values()] == [40]
+    # 40 training states; the 60 validation states join them after the fit (the default).
+    assert [len(m) for m in trainer.memory.questions.values()] == [100]
 
 
 def test_memory_add_validation_adds_the_held_out_states_after_the_fit(
