@@ -36,9 +36,11 @@ of the memory): ``p = (1 - lam) * p_model + lam * p_knn``, with
 validation split by NLL, and the temperature of the mixture is fitted there again; the
 test set is scored once with the choice.
 
-``memory-variants`` (``--seed N``): trains the default recipe, example memory included
-(the model of ``finetune_banking77.py --only full --seed N``), then builds other memories
-for the same model from the outside, and scores each on the test set in fp32 and int8:
+``memory-variants`` (``--seed N``): trains the default recipe with the memory of the
+training states alone (``memory_add_validation=False``, the default when the five
+``finetune_banking77.py --only full`` seeds ran: the same models), then builds other
+memories for the same model from the outside, and scores each on the test set in fp32
+and int8:
   * ``recorded``: the memory the trainer kept (checks that the probe's mixture, applied
     to the engine's calibrated head probabilities, gives the engine's own answers);
   * ``wide_grid``: settings chosen on the validation split as the trainer does, from a
@@ -365,7 +367,10 @@ def memory_variants(seed: int) -> None:
     wide: QuestionMemory | None = None
     with tempfile.TemporaryDirectory(prefix="clef-probe-") as tmp:
         started = time.perf_counter()
-        trained = trainer_module.Trainer(config(seed=seed, memory=True)).fit(train, Path(tmp))
+        trained = trainer_module.Trainer(
+            # The training states alone in the memory: the variants below add to it.
+            config(seed=seed, memory=True, memory_add_validation=False)
+        ).fit(train, Path(tmp))
         result["train_seconds"] = round(time.perf_counter() - started, 1)
         result["trainer_memory"] = trained.memory
         for precision in ("fp32", "int8"):

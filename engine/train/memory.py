@@ -83,17 +83,18 @@ class MemoryStage(ModelForward):
                 continue
             if len(states) > cfg.memory_max_states:
                 states = rng.sample(states, cfg.memory_max_states)
+            held_vectors, held_y = encode(held), torch.cat(held_labels)
             fitted, report = fit_question_memory(
                 encode([state for state, _ in states]),
                 torch.tensor([label for _, label in states]),
                 names,
-                encode(held),
+                held_vectors,
                 torch.cat(held_probs),
-                torch.cat(held_labels),
+                held_y,
             )
             if fitted is not None and cfg.memory_add_validation:
                 # The settings are chosen; the held-out states join the memory they chose.
-                fitted = fitted.extended(encode(held), torch.cat(held_labels))
+                fitted = fitted.extended(held_vectors, held_y)
                 report["validation_states"] = float(len(held))
             report["seconds"] = round(time.perf_counter() - started, 1)
             reports.update(dict.fromkeys(qids, report))
