@@ -37,8 +37,9 @@ validation split by NLL, and the temperature of the mixture is fitted there agai
 test set is scored once with the choice.
 
 ``memory-variants`` (``--seed N``): trains the default recipe with the memory of the
-training states alone (``memory_add_validation=False``, the default when the five
-``finetune_banking77.py --only full`` seeds ran: the same models), then builds other
+training states alone (``memory_add_validation=False``, the default before 2026-12-02:
+the models of the ``full_memory_train_only*`` sections of ``finetune_banking77.json``,
+which the ``full*`` sections, with the validation states, share), then builds other
 memories for the same model from the outside, and scores each on the test set in fp32
 and int8:
   * ``recorded``: the memory the trainer kept (checks that the probe's mixture, applied
