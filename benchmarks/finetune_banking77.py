@@ -435,10 +435,13 @@ def main() -> None:
                     unlabeled=pool,
                 )
             )
+            precisions = ["fp32"] if args.no_int8 else ["fp32", "int8"]
+            # "memory": the engine's answers with the example memory, when every run has one.
             summary = {
                 f"{prec}_{stage}_{m}": mean_of(runs, [prec, stage, m])
-                for prec in (["fp32"] if args.no_int8 else ["fp32", "int8"])
-                for stage in ("uncalibrated", "temperature", "calibrated")
+                for prec in precisions
+                for stage in ("uncalibrated", "temperature", "calibrated", "memory")
+                if all(stage in r[prec] for r in runs)
                 for m in ("accuracy", "macro_f1", "ece")
             }
             save(key, {"runs": runs, "seeds_done": len(runs), "mean": summary})

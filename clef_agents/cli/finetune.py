@@ -161,7 +161,8 @@ def register(sub: Any) -> None:
         "--no-memory",
         action="store_true",
         help="keep no example memory (by default the training states' vectors vote with the "
-        "head where that lowers the validation NLL)",
+        "head where that lowers the validation NLL; with --head prototype and no validation "
+        "split, the NLL of the head's own 5 folds)",
     )
     p.add_argument(
         "--memory-max-states",

@@ -10,7 +10,11 @@ vote is mixed with the head's calibrated probabilities (kNN-LM, Khandelwal et al
 ``k``, ``tau``, ``lam`` and the temperature ``T`` of the mixture are fitted on held-out
 labelled states by NLL (:func:`fit_question_memory`; the trainer uses its validation
 split, ``clef-agents calibrate`` the data it is given). When no mixture beats the head
-alone on those states, no memory is kept for the question. The cost at inference is one
+alone on those states, no memory is kept for the question. A head fitted on a k-fold
+split of its own examples (the prototype head of the few-shot recipe, which keeps no
+validation split) has held-out answers for every example already: the memory is then
+cross-fitted on them (:func:`fit_question_memory_cross`), each example voted on by the
+examples of the other folds. The cost at inference is one
 ``[B, M]`` product with the ``M`` stored vectors and a top-``k``, next to nothing beside
 the backbone forward for the ~9,000 states of BANKING77.
 
@@ -178,16 +182,30 @@ def _nll(probabilities: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def _nearest(
-    queries: torch.Tensor, vectors: torch.Tensor, k: int
+    queries: torch.Tensor,
+    vectors: torch.Tensor,
+    k: int,
+    *,
+    query_folds: torch.Tensor | None = None,
+    vector_folds: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Cosines and indices ``[N, min(k, M)]`` of each query's nearest vectors, nearest
-    first, computed :data:`CHUNK` queries at a time."""
+    first, computed :data:`CHUNK` queries at a time.
+
+    With ``query_folds`` and ``vector_folds`` (``[N]``, ``[M]`` fold ids), a query's
+    neighbours come from the other folds only: the cosine of a vector in its own fold is
+    ``-inf``, which :func:`_vote` weighs 0.
+    """
     memory = vectors.detach().float().cpu()
     k = min(k, memory.shape[0])
     near, index = [], []
     for start in range(0, queries.shape[0], CHUNK):
         chunk = queries[start : start + CHUNK].detach().float().cpu()
-        top = (chunk @ memory.T).topk(k, dim=-1)
+        sim = chunk @ memory.T
+        if query_folds is not None and vector_folds is not None:
+            same = query_folds[start : start + CHUNK, None].cpu() == vector_folds[None, :].cpu()
+            sim = sim.masked_fill(same, float("-inf"))
+        top = sim.topk(k, dim=-1)
         near.append(top.values)
         index.append(top.indices)
     return torch.cat(near), torch.cat(index)
@@ -224,22 +242,108 @@ def fit_question_memory(
     """
     if len(held_labels) == 0 or len(labels) == 0:
         raise ValueError("fitting a memory needs memory states and held-out states")
+    if len(held_labels) < MIN_HELD_OUT:
+        return None, _report(labels, held_probabilities, held_labels)
+    near = _nearest(held_vectors, vectors, max(grid_k))
+    return _choose(
+        vectors,
+        labels,
+        names,
+        near,
+        held_probabilities,
+        held_labels,
+        grid_k,
+        grid_tau,
+        grid_lambda,
+    )
+
+
+def fit_question_memory_cross(
+    vectors: torch.Tensor,
+    labels: torch.Tensor,
+    names: Sequence[str],
+    folds: torch.Tensor,
+    probabilities: torch.Tensor,
+    *,
+    grid_k: Sequence[int] = GRID_K,
+    grid_tau: Sequence[float] = GRID_TAU,
+    grid_lambda: Sequence[float] = GRID_LAMBDA,
+) -> tuple[QuestionMemory | None, dict[str, float]]:
+    """:func:`fit_question_memory` without held-out states: cross-fitted on the memory.
+
+    For a head fitted on a k-fold split of its own examples (the prototype head's
+    temperature fit, :class:`engine.heads.prototype.PrototypeClassifier`), every memory
+    state is held out once: its neighbours are the states of the *other* folds, and its
+    head probabilities those of the head fitted without its fold. The settings are chosen
+    on those pairs; the memory then holds every state. This is what a run without a
+    validation split (the few-shot recipe) fits its memory on.
+
+    Args:
+        vectors, labels, names: The memory states, their labels and the option names.
+        folds: ``[M]`` the fold of each state.
+        probabilities: ``[M, n]`` each state's out-of-fold head probabilities, under the
+            calibration the memory will serve with.
+        grid_k, grid_tau, grid_lambda: The settings tried.
+
+    Returns:
+        As :func:`fit_question_memory`; ``held_out`` counts the memory states, and the
+        report adds ``cross_fitted: 1``.
+    """
+    if len(labels) == 0:
+        raise ValueError("fitting a memory needs memory states")
+    if folds.shape != labels.shape or probabilities.shape[0] != len(labels):
+        raise ValueError(
+            f"folds {list(folds.shape)} and probabilities {list(probabilities.shape)} must "
+            f"have one row per memory state ({len(labels)})"
+        )
+    if len(labels) < MIN_HELD_OUT:
+        memory, report = None, _report(labels, probabilities, labels)
+    elif int(folds.unique().numel()) < 2:
+        raise ValueError("a cross-fitted memory needs at least two folds")
+    else:
+        near = _nearest(vectors, vectors, max(grid_k), query_folds=folds, vector_folds=folds)
+        memory, report = _choose(
+            vectors, labels, names, near, probabilities, labels, grid_k, grid_tau, grid_lambda
+        )
+    return memory, {**report, "cross_fitted": 1.0}
+
+
+def _report(
+    labels: torch.Tensor, held_probabilities: torch.Tensor, held_labels: torch.Tensor
+) -> dict[str, float]:
+    return {
+        "states": float(len(labels)),
+        "held_out": float(len(held_labels)),
+        "nll_head": round(
+            _nll(held_probabilities.detach().double().cpu(), held_labels.detach().long().cpu()),
+            4,
+        ),
+    }
+
+
+def _choose(
+    vectors: torch.Tensor,
+    labels: torch.Tensor,
+    names: Sequence[str],
+    near: tuple[torch.Tensor, torch.Tensor],
+    held_probabilities: torch.Tensor,
+    held_labels: torch.Tensor,
+    grid_k: Sequence[int],
+    grid_tau: Sequence[float],
+    grid_lambda: Sequence[float],
+) -> tuple[QuestionMemory | None, dict[str, float]]:
+    """The grid search of :func:`fit_question_memory` over each held-out state's
+    neighbours ``near`` (cosines and memory indices, nearest first)."""
     held_p = held_probabilities.detach().double().cpu()
     held_y = held_labels.detach().long().cpu()
     memory_y = labels.detach().long().cpu()
+    report = _report(memory_y, held_p, held_y)
     head_nll = _nll(held_p, held_y)
-    report: dict[str, float] = {
-        "states": float(len(memory_y)),
-        "held_out": float(len(held_y)),
-        "nll_head": round(head_nll, 4),
-    }
-    if len(held_y) < MIN_HELD_OUT:
-        return None, report
     n = len(names)
-    near, index = _nearest(held_vectors, vectors, max(grid_k))
+    cosines, index = near
     best: tuple[float, MemorySettings] | None = None
     for k in sorted({min(k, len(memory_y)) for k in grid_k}):  # a small memory: k <= M
-        top = (near[:, :k], index[:, :k])
+        top = (cosines[:, :k], index[:, :k])
         for tau in grid_tau:
             vote = _vote(top, memory_y, n, tau)
             for lam in grid_lambda:
@@ -249,7 +353,7 @@ def fit_question_memory(
                     best = (nll, settings)
     assert best is not None
     settings = best[1]
-    vote = _vote((near[:, : settings.k], index[:, : settings.k]), memory_y, n, settings.tau)
+    vote = _vote((cosines[:, : settings.k], index[:, : settings.k]), memory_y, n, settings.tau)
     mixed = (1.0 - settings.lam) * held_p + settings.lam * vote
     low, high = TEMPERATURE_RANGE
     settings.temperature = min(

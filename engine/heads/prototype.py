@@ -104,6 +104,12 @@ class PrototypeClassifier:
     n_examples: int
     n_pseudo: int = 0
     """Unlabelled states that joined the fit with a pseudo-label."""
+    folds: torch.Tensor | None = None
+    """``[N]`` the fold of each example in the temperature's k-fold split (``None``: too
+    few examples for one)."""
+    out_of_fold: torch.Tensor | None = None
+    """``[N, n]`` each example's logits from the head fitted without its fold, divided by
+    the temperature (what a cross-fitted example memory is chosen on)."""
 
     @classmethod
     def fit(
@@ -131,6 +137,8 @@ class PrototypeClassifier:
             u = None if unlabeled is None else unlabeled.detach().float().cpu().clone()
             weight, bias, n_pseudo = _fit_semi(x, y, n_classes, l2, u, per_label)
             temperature = 1.0
+            fold_of: torch.Tensor | None = None
+            oof: torch.Tensor | None = None
             if len(y) >= 2 * folds and folds >= 2:
                 gen = torch.Generator().manual_seed(seed)
                 # Stratified folds: shuffle within class, deal round-robin.
@@ -147,7 +155,8 @@ class PrototypeClassifier:
                     w_f, b_f, _ = _fit_semi(x[~test], y[~test], n_classes, l2, u, per_label)
                     oof[test] = x[test] @ w_f.T + b_f
                 temperature = fit_temperature(oof, y)
-        return cls(weight, bias, temperature, len(y), n_pseudo)
+                oof = oof / temperature
+        return cls(weight, bias, temperature, len(y), n_pseudo, fold_of, oof)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight.to(x.device, x.dtype)

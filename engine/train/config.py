@@ -85,8 +85,11 @@ class TrainConfig:
     """Keep an example memory per question (:mod:`engine.heads.memory`): the adapted vectors
     of its training states vote with the head (kNN mixture), with ``k``, ``tau``, the
     mixture weight and its temperature chosen on the validation split; a question keeps
-    none where no mixture lowers the validation NLL. Needs a validation split
-    (``val_fraction > 0``); without one, or with ``refit``, no memory is fitted."""
+    none where no mixture lowers the validation NLL. Without a validation split
+    (``val_fraction=0``) the option-evidence head keeps none (nor with ``refit``), while
+    ``head="prototype"`` chooses them on the 5-fold split its temperature is fitted on:
+    each example is voted on by the examples of the other folds and scored against the
+    head fitted without its fold."""
     memory_max_states: int = 100_000
     """Training states per question in the memory at most (a seeded random sample beyond
     that); each costs ``4 * hidden_size`` bytes on disk and one dot product per decision."""

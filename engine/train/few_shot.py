@@ -9,10 +9,12 @@ the trainer's backbone, adapted model and head. The loss and the step sampler ar
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 
 import torch
 
+from engine.heads.memory import ExampleMemory, fit_question_memory_cross
 from engine.heads.prototype import PrototypeClassifier
 from engine.heads.zero_shot import option_texts
 from engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
@@ -136,14 +138,20 @@ class FewShotStages(ModelForward):
 
     @torch.no_grad()
     def fit_prototypes(
-        self, train: TrainingSet, unlabeled: Sequence[str] | None = None
-    ) -> dict[str, float]:
+        self,
+        train: TrainingSet,
+        unlabeled: Sequence[str] | None = None,
+        *,
+        memory: bool = False,
+    ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         """Fit a prototype head per question on the adapted pooled vectors of ``train``.
 
         Each option's text is one more example of its label (as in the engine's prototype
         head); the temperature comes from a 5-fold split of those same examples and is
         folded into the stored weights. A validation split, when there is one, is left
-        for the calibrator that the trainer fits afterwards.
+        for the calibrator that the trainer fits afterwards. Questions with the same
+        fingerprint (type and option set) share one head, fitted on the examples of all
+        of them.
 
         ``unlabeled`` states (encoded once; :meth:`fit` has already dropped repeats and
         labelled states, see :meth:`_unlabeled_pool`) are pseudo-labelled for every
@@ -151,35 +159,86 @@ class FewShotStages(ModelForward):
         per option, and join a second fit (:class:`~engine.heads.prototype.PrototypeClassifier`);
         the temperature still comes from the labelled states alone. Every question sees
         every unlabelled state, also in data where each question is asked of only some
-        states. Returns the history entry of that step, ``{"unlabeled_states",
-        "pseudo_labels"}`` (the latter counts (state, question) pairs), or ``{}`` without
-        ``unlabeled``.
+        states.
+
+        ``memory``: also fit a cross-fitted example memory per question
+        (:func:`~engine.heads.memory.fit_question_memory_cross`) into :attr:`memory`: the
+        head's examples, encoded as the loaded model will encode states, each voted on by
+        the examples of the other folds of the temperature's split and scored against
+        the head fitted without its fold. The trainer asks for it when there is no
+        validation split to fit the memory on.
+
+        Returns the history entry of the unlabelled step, ``{"unlabeled_states",
+        "pseudo_labels"}`` (the latter counts (state, question) pairs; ``{}`` without
+        ``unlabeled``), and the memory report per question id (``{}`` without ``memory``).
         """
         self.model.eval()
         pool = None if unlabeled is None else self._encode(list(unlabeled))
         pseudo = 0
-        for qid, question in train.questions.items():
-            texts, members = self._members(train, qid)
-            labels = torch.empty(len(texts), dtype=torch.long)
-            for label, items in enumerate(members):
-                labels[items] = label
-            vectors = self._encode(texts)
-            names = train.names(qid)
+        reports: dict[str, dict[str, float]] = {}
+        self.memory = ExampleMemory() if memory else None
+        groups: dict[str, list[str]] = {}
+        for qid in train.questions:
+            groups.setdefault(self.fps[qid], []).append(qid)
+        for qids in groups.values():
+            question = train.questions[qids[0]]
+            qtype = str(question.type)  # type: ignore[attr-defined]
+            names = train.names(qids[0])
+            texts: list[str] = []
+            labels: list[int] = []
+            for qid in qids:  # labels in the order of the first question's options
+                relabel = [names.index(name) for name in train.names(qid)]
+                q_texts, members = self._members(train, qid)
+                q_labels = [0] * len(q_texts)
+                for label, items in enumerate(members):
+                    for i in items:
+                        q_labels[i] = relabel[label]
+                texts += q_texts
+                labels += q_labels
+            y = torch.tensor(labels, dtype=torch.long)
             fitted = PrototypeClassifier.fit(
-                vectors,
-                labels,
+                self._encode(texts),
+                y,
                 len(names),
                 seed=self.config.seed,
                 unlabeled=pool,
                 per_label=self.config.pseudo_per_label,
             )
-            pseudo += fitted.n_pseudo
+            pseudo += fitted.n_pseudo * len(qids)
             self.head.add_prototypes(
-                str(question.type),  # type: ignore[attr-defined]
+                qtype,
                 names,
                 (fitted.weight / fitted.temperature).to(self.device),
                 (fitted.bias / fitted.temperature).to(self.device),
             )
-        if pool is None:
-            return {}
-        return {"unlabeled_states": float(len(pool)), "pseudo_labels": float(pseudo)}
+            if self.memory is None:
+                continue
+            started = time.perf_counter()
+            report: dict[str, float]
+            if fitted.folds is None or fitted.out_of_fold is None:
+                # Too few examples for the temperature's folds: nothing to cross-fit on.
+                report = {"states": float(len(y)), "held_out": 0.0, "cross_fitted": 1.0}
+            else:
+                keep = torch.arange(len(y))
+                if len(keep) > self.config.memory_max_states:
+                    gen = torch.Generator().manual_seed(self.config.seed)
+                    keep = torch.randperm(len(y), generator=gen)[: self.config.memory_max_states]
+                    keep = keep.sort().values
+                kept = fit_question_memory_cross(
+                    self._engine_vectors([texts[i] for i in keep.tolist()]),
+                    y[keep],
+                    names,
+                    fitted.folds[keep],
+                    torch.softmax(fitted.out_of_fold[keep].double(), dim=-1),
+                )
+                if kept[0] is not None:
+                    self.memory.add(qtype, kept[0])
+                report = kept[1]
+            report["seconds"] = round(time.perf_counter() - started, 1)
+            reports.update(dict.fromkeys(qids, report))
+        if self.memory is not None and not self.memory:
+            self.memory = None
+        stats = {}
+        if pool is not None:
+            stats = {"unlabeled_states": float(len(pool)), "pseudo_labels": float(pseudo)}
+        return stats, reports

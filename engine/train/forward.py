@@ -80,6 +80,17 @@ class ModelForward:
         pooled = torch.nn.functional.normalize(hidden.sum(1) / m.sum(1).clamp(min=1.0), dim=-1)
         return hidden, mask.bool(), pooled
 
+    def _engine_vectors(self, texts: list[str]) -> torch.Tensor:
+        """Adapted pooled vectors of ``texts`` as the loaded model dir computes them: the
+        backbone's own windowed encoding (no ``max_length`` truncation) through the adapted
+        model (``[N, H]``, CPU)."""
+        self.model.eval()
+        base, self.backbone.model = self.backbone.model, self.model
+        try:
+            return self.backbone.encode(texts).pooled.float().cpu()
+        finally:
+            self.backbone.model = base
+
     def _question_logits(
         self,
         data: TrainingSet,

@@ -103,14 +103,3 @@ class MemoryStage(ModelForward):
         if not self.memory:
             self.memory = None
         return reports
-
-    def _engine_vectors(self, texts: list[str]) -> torch.Tensor:
-        """Adapted pooled vectors of ``texts`` as the loaded model dir computes them: the
-        backbone's own windowed encoding (no ``max_length`` truncation) through the adapted
-        model (``[N, H]``, CPU)."""
-        self.model.eval()
-        base, self.backbone.model = self.backbone.model, self.model
-        try:
-            return self.backbone.encode(texts).pooled.float().cpu()
-        finally:
-            self.backbone.model = base

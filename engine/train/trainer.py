@@ -21,7 +21,8 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
 7. ``memory=True`` (default): an example memory per question, the adapted vectors of its
    training states, whose nearest-neighbour vote is mixed with the head's probabilities
    (:mod:`engine.heads.memory`; settings chosen on the validation split, none kept where
-   it does not lower the validation NLL);
+   it does not lower the validation NLL; a prototype head without a validation split
+   cross-fits them on its own 5-fold split instead);
 8. write a model dir: ``config.json``, ``head.safetensors``, ``memory.safetensors``,
    ``adapter/`` (peft format), ``training.json``. ``DecisionEngine.from_pretrained(out)``
    loads it.
@@ -229,7 +230,8 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         selection = checkpoint / SELECTION_FILE
         validation: dict[str, float] = {}
         calibration: Calibrator | None = None
-        self.memory, memory = None, {}
+        self.memory = None
+        memory: dict[str, dict[str, float]] = {}
         if resume and cfg.refit and selection.is_file():  # the selection run had finished
             chosen = json.loads(selection.read_text())
             history, kept = chosen["history"], int(chosen["best_epoch"])
@@ -245,7 +247,10 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             if best["state"] is not None:
                 self._restore(best["state"])
             if cfg.head == "prototype":
-                stats = self.fit_prototypes(train, pool)
+                # Without a validation split, the memory is cross-fitted on the head's folds.
+                stats, memory = self.fit_prototypes(
+                    train, pool, memory=cfg.memory and not val.examples
+                )
                 if stats:
                     history.append(stats)
             if cfg.rl_epochs > 0:

@@ -12,6 +12,7 @@ import torch
 
 from engine import Choice, DecisionEngine, MissingDependencyError, Noul, Score
 from engine.heads.memory import MEMORY_FILE
+from engine.heads.prototype import PrototypeClassifier
 from engine.heads.trained import TrainedHead
 from engine.testing import write_tiny_bert
 from engine.train import Example, TrainConfig, Trainer, TrainingDataError, TrainingSet
@@ -550,6 +551,87 @@ def test_prototype_heads_for_every_question_of_a_multi_question_set(backbone_dir
     for qid in ("route", "urgency"):
         assert sum(answers[qid].probabilities.values()) == pytest.approx(1.0)
     assert 0.0 <= answers["human"].noul <= 1.0
+
+
+def test_prototype_head_without_validation_cross_fits_its_memory(backbone_dir, tmp_path) -> None:
+    """The few-shot recipe (``val_fraction=0``): the memory is chosen on the prototype
+    head's own folds and holds every example it was fitted on, option texts included."""
+    data = memorised(n=120)
+    cfg = config(head="prototype", contrastive_steps=3, val_fraction=0.0)
+    trainer = Trainer(cfg, backbone=str(backbone_dir))
+    result = trainer.fit(data, tmp_path / "on")
+    report = result.memory["route"]
+    assert report["cross_fitted"] == 1.0
+    assert report["states"] == report["held_out"] == 123  # 120 states + 3 option texts
+    assert report["nll_memory"] < report["nll_head"]
+    assert (tmp_path / "on" / MEMORY_FILE).is_file()
+    assert json.loads((tmp_path / "on" / "training.json").read_text())["memory"] == result.memory
+    engine = DecisionEngine.from_pretrained(tmp_path / "on", device="cpu")
+    stored = engine.head.memory.questions[trainer.fps["route"]]  # type: ignore[union-attr]
+    texts = [ex.state for ex in data.examples] + ["billing", "tech", "sales"]
+    torch.testing.assert_close(
+        stored.vectors, engine.backbone.encode(texts).pooled, atol=1e-5, rtol=0
+    )
+    # The engine answers with the prototype head mixed with the memory's vote.
+    probe = [ex.state for ex in memorised(n=12, seed=0).examples]
+    names = ["billing", "tech", "sales"]
+    with torch.no_grad():
+        pooled = trainer._engine_vectors(probe)
+        alone = torch.softmax(trainer.head.prototype_logits("choice", names, pooled).double(), -1)
+    results = engine.decide_batch(probe, {"route": QUESTIONS["route"]})
+    got = torch.tensor(
+        [[r.answers["route"].probabilities[n] for n in names] for r in results], dtype=torch.float64
+    )
+    torch.testing.assert_close(got, stored.mix(alone, pooled, names), atol=1e-4, rtol=0)
+    assert not torch.allclose(got, alone, atol=1e-3)
+    # memory=False keeps the head alone.
+    off = Trainer(
+        config(head="prototype", contrastive_steps=3, val_fraction=0.0, memory=False),
+        backbone=str(backbone_dir),
+    )
+    assert off.fit(data, tmp_path / "off").memory == {} and off.memory is None
+    assert not (tmp_path / "off" / MEMORY_FILE).exists()
+    # Too few examples for the 50 held-out states a fit needs: none kept, and the report
+    # says why.
+    small = Trainer(cfg, backbone=str(backbone_dir)).fit(memorised(n=30), tmp_path / "small")
+    assert small.memory["route"]["held_out"] == 33 and "lam" not in small.memory["route"]
+    assert not (tmp_path / "small" / MEMORY_FILE).exists()
+
+
+def test_prototype_questions_with_one_fingerprint_share_one_head(backbone_dir, tmp_path) -> None:
+    """Two score questions with the same levels: one prototype head, fitted on the examples
+    of both (it used to be the second question's alone), and one memory."""
+    bags = memorised(n=120)
+    levels = ["low", "medium", "high"]
+    questions = {
+        "urgency": Score(instructions="urgency", criteria=levels),
+        "severity": Score(instructions="severity", criteria=levels),
+    }
+    examples = [
+        Example(ex.state, {"urgency" if i % 2 else "severity": ex.labels["route"]})
+        for i, ex in enumerate(bags.examples)
+    ]
+    cfg = config(head="prototype", contrastive_steps=0, lora_rank=0, val_fraction=0.0)
+    trainer = Trainer(cfg, backbone=str(backbone_dir))
+    result = trainer.fit(TrainingSet(questions, examples, "bags"), tmp_path)
+    assert trainer.fps["urgency"] == trainer.fps["severity"]
+    assert result.memory["urgency"] == result.memory["severity"]
+    assert result.memory["urgency"]["states"] == 126  # 120 states + 2 x 3 level texts
+    data = TrainingSet(questions, examples, "bags")
+    texts: list[str] = []
+    labels: list[int] = []
+    for qid in ("urgency", "severity"):  # each question's states, then its level texts
+        q_texts, members = trainer._members(data, qid)
+        texts += q_texts
+        labels += [next(c for c, m in enumerate(members) if i in m) for i in range(len(q_texts))]
+    names = data.names("urgency")
+    with torch.no_grad():
+        pooled = trainer._encode(texts)
+        stored = trainer.head.prototype_logits("score", names, pooled)
+    both = PrototypeClassifier.fit(pooled, torch.tensor(labels), 3, seed=0)
+    torch.testing.assert_close(stored, both.logits(pooled), atol=1e-4, rtol=0)
+    alone = PrototypeClassifier.fit(pooled[63:], torch.tensor(labels[63:]), 3, seed=0)
+    assert not torch.allclose(stored, alone.logits(pooled), atol=1e-3)
 
 
 def test_unlabelled_states_join_the_prototype_heads_with_pseudo_labels(backbone_dir, tmp_path):

@@ -17,6 +17,7 @@ from engine.heads.memory import (
     MemorySettings,
     QuestionMemory,
     fit_question_memory,
+    fit_question_memory_cross,
     refit_memory,
     refit_question_memory,
 )
@@ -158,6 +159,57 @@ def test_a_memory_smaller_than_k_votes_with_all_its_states() -> None:
     fitted, _ = fit_question_memory(*clusters(6, seed=1), NAMES, held_x, probs, held_y)
     assert fitted is not None and fitted.settings.k <= 6
     assert fitted.vote(held_x).shape == (60, 3)
+
+
+def test_cross_fitted_memory_is_chosen_on_the_other_folds_votes() -> None:
+    x, y = clusters(90, seed=1)
+    folds = torch.arange(90) % 5
+    probs = calibrated_head(y, seed=3)  # each state's out-of-fold head answers
+    fitted, report = fit_question_memory_cross(x, y, NAMES, folds, probs)
+    assert fitted is not None and len(fitted) == 90  # the memory holds every state
+    assert report["cross_fitted"] == 1.0
+    assert report["states"] == report["held_out"] == 90
+    assert report["nll_memory"] < report["nll_head"]
+    # The report's NLL is that of each state mixed with the vote of the other folds: the
+    # same as fitting a memory of the other folds for each fold in turn, held out.
+    mixed = torch.empty(90, 3, dtype=torch.float64)
+    for f in range(5):
+        held = folds == f
+        rest = QuestionMemory(x[~held], y[~held], NAMES, fitted.settings)
+        mixed[held] = rest.mix(probs[held], x[held], NAMES)
+    nll = float(-mixed[torch.arange(90), y].log().mean())
+    assert nll == pytest.approx(report["nll_memory"], abs=1e-4)
+
+
+def test_copies_inside_a_fold_do_not_vote_for_each_other() -> None:
+    """Random vectors with random labels, each with an exact copy in its own fold: across
+    folds the neighbours say nothing, so they cannot help a head that is right 90 % of the
+    time. Counting the copy would make the memory look perfect."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.nn.functional.normalize(torch.randn(300, 16, generator=gen), dim=-1)
+    y = torch.randint(0, 3, (300,), generator=gen)
+    x, y = torch.cat([x, x]), torch.cat([y, y])
+    folds = torch.cat([torch.arange(300) % 5] * 2)
+    probs = calibrated_head(y, seed=3, top=0.9)
+    fitted, report = fit_question_memory_cross(x, y, NAMES, folds, probs)
+    assert fitted is None and report["cross_fitted"] == 1.0
+    # Held out against a memory of the copies themselves, the same states do keep one.
+    copies, _ = fit_question_memory(x[:300], y[:300], NAMES, x[300:], probs[300:], y[300:])
+    assert copies is not None
+
+
+def test_cross_fitted_memory_checks_its_folds() -> None:
+    x, y = clusters(90, seed=1)
+    probs = calibrated_head(y, seed=3)
+    with pytest.raises(ValueError, match="at least two folds"):
+        fit_question_memory_cross(x, y, NAMES, torch.zeros(90, dtype=torch.long), probs)
+    with pytest.raises(ValueError, match="one row per memory state"):
+        fit_question_memory_cross(x, y, NAMES, torch.arange(89) % 5, probs)
+    few = MIN_HELD_OUT - 1
+    fitted, report = fit_question_memory_cross(
+        x[:few], y[:few], NAMES, torch.arange(few) % 5, probs[:few]
+    )
+    assert fitted is None and report["held_out"] == few and report["cross_fitted"] == 1.0
 
 
 def test_refit_in_another_option_order_matches_the_fit_in_the_stored_order() -> None:

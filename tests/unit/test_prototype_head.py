@@ -109,3 +109,21 @@ def test_bad_pseudo_label_cap_is_refused() -> None:
         PrototypeClassifier.fit(x, y, 2, unlabeled=u, per_label=0)
     with pytest.raises(ValueError, match="per_label must be at least 1"):
         pseudo_labels(torch.eye(2), torch.zeros(2), u, per_label=-1)
+
+
+def test_out_of_fold_logits_come_from_the_head_fitted_without_the_fold() -> None:
+    x, y, _, _ = off_centre_labels()
+    x = torch.cat([x, x * 0.99, x * 0.98])
+    y = torch.cat([y, y, y])  # 12 points, 3 folds of 4
+    fitted = PrototypeClassifier.fit(x, y, 2, folds=3, seed=1)
+    assert fitted.folds is not None and fitted.out_of_fold is not None
+    assert sorted(torch.bincount(fitted.folds).tolist()) == [4, 4, 4]
+    for f in range(3):
+        held = fitted.folds == f
+        assert torch.bincount(y[held], minlength=2).tolist() == [2, 2]  # stratified
+        w, b = prototype._fit(x[~held], y[~held], 2, prototype.DEFAULT_L2)
+        expected = (x[held] @ w.T + b) / fitted.temperature
+        torch.testing.assert_close(fitted.out_of_fold[held], expected, atol=1e-5, rtol=0)
+    # Too few points for the folds: no temperature, nothing out of fold.
+    small = PrototypeClassifier.fit(x[:4], y[:4], 2, folds=3)
+    assert small.temperature == 1.0 and small.folds is None and small.out_of_fold is None
