@@ -8,6 +8,8 @@ computes what every stage reads from the model.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,6 +37,9 @@ class ModelForward:
     memory: ExampleMemory | None
     _ema: dict[str, torch.Tensor] | None
     _cache: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    _frozen: bool = False
+    """The adapters are fixed for now (the RL stage): :meth:`features` caches, as it does
+    for a frozen backbone."""
 
     def _trainable(self) -> dict[str, torch.nn.Parameter]:
         out = {f"head.{n}": p for n, p in self.head.named_parameters() if p.requires_grad}
@@ -47,10 +52,11 @@ class ModelForward:
     def features(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(token states [B, L, H], mask [B, L], pooled [B, H])`` as the engine computes them.
 
-        With a frozen backbone (``lora_rank=0``) each text is encoded once and cached, so
-        later epochs only run the head.
+        With a frozen backbone (``lora_rank=0``), or while the adapters are fixed (the RL
+        stage), each text is encoded once (in eval mode) and cached, so later epochs only
+        run the head.
         """
-        if self.config.lora_rank > 0:
+        if self.config.lora_rank > 0 and not self._frozen:
             return self._forward(texts)
         missing = [t for t in dict.fromkeys(texts) if t not in self._cache]
         with torch.no_grad():
@@ -61,6 +67,20 @@ class ModelForward:
                     self._cache[text] = (hidden[i, : int(mask[i].sum())].clone(), pooled[i].clone())
         tokens, mask = pad_tokens([self._cache[t][0] for t in texts])
         return tokens, mask, torch.stack([self._cache[t][1] for t in texts])
+
+    @contextmanager
+    def fixed_adapters(self) -> Iterator[None]:
+        """While the adapters do not train (the RL stage): the model in eval mode, and
+        :meth:`features` encodes each state once and caches it, as for a frozen backbone.
+        The cache of LoRA features is dropped on the way out."""
+        self.model.eval()
+        self._frozen = True
+        try:
+            yield
+        finally:
+            self._frozen = False
+            if self.config.lora_rank > 0:
+                self._cache.clear()
 
     def _forward(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         tok = self.backbone.tokenizer

@@ -80,52 +80,55 @@ class ReinforceStage(ModelForward):
         }
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
         history = []
-        self.model.eval()
-        for epoch in range(cfg.rl_epochs):
-            order = list(range(len(train)))
-            random.Random(cfg.seed + 7919 * (epoch + 1)).shuffle(order)
-            self.head.train()
-            running, steps = 0.0, 0
-            for start in tqdm(
-                range(0, len(order), cfg.batch_size),
-                desc=f"RL {epoch + 1}/{cfg.rl_epochs}",
-                disable=not cfg.progress,
-                leave=False,
-            ):
-                batch = order[start : start + cfg.batch_size]
-                with torch.no_grad():
-                    tokens, mask, pooled = self.features([train.examples[i].state for i in batch])
-                    ref = {
-                        q: lg
-                        for q, lg, _ in self._question_logits(
-                            train, batch, tokens, mask, pooled, reference
-                        )
-                    }
-                loss = torch.zeros((), device=self.device)
-                for qid, logits, target in self._question_logits(
-                    train, batch, tokens, mask, pooled
+        # The adapters stay fixed here: each state goes through the backbone once.
+        with self.fixed_adapters():
+            for epoch in range(cfg.rl_epochs):
+                order = list(range(len(train)))
+                random.Random(cfg.seed + 7919 * (epoch + 1)).shuffle(order)
+                self.head.train()
+                running, steps = 0.0, 0
+                for start in tqdm(
+                    range(0, len(order), cfg.batch_size),
+                    desc=f"RL {epoch + 1}/{cfg.rl_epochs}",
+                    disable=not cfg.progress,
+                    leave=False,
                 ):
-                    part = rl_loss(
-                        logits,
-                        ref[qid],
-                        target,
-                        credits[qid],
-                        samples=cfg.rl_samples,
-                        kl_weight=cfg.rl_kl,
-                        generator=gen,
-                    )
-                    loss = loss + part * (len(target) / len(batch))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                optimizer.step()
-                running += float(loss.detach())
-                steps += 1
-            record = {
-                "epoch": float(self.config.epochs + epoch + 1),
-                "rl_loss": running / max(1, steps),
-            }
-            if val.examples:
-                record.update({f"val_{k}": v for k, v in self.evaluate(val)[0].items()})
-            history.append(record)
+                    batch = order[start : start + cfg.batch_size]
+                    with torch.no_grad():
+                        tokens, mask, pooled = self.features(
+                            [train.examples[i].state for i in batch]
+                        )
+                        ref = {
+                            q: lg
+                            for q, lg, _ in self._question_logits(
+                                train, batch, tokens, mask, pooled, reference
+                            )
+                        }
+                    loss = torch.zeros((), device=self.device)
+                    for qid, logits, target in self._question_logits(
+                        train, batch, tokens, mask, pooled
+                    ):
+                        part = rl_loss(
+                            logits,
+                            ref[qid],
+                            target,
+                            credits[qid],
+                            samples=cfg.rl_samples,
+                            kl_weight=cfg.rl_kl,
+                            generator=gen,
+                        )
+                        loss = loss + part * (len(target) / len(batch))
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(params, 1.0)
+                    optimizer.step()
+                    running += float(loss.detach())
+                    steps += 1
+                record = {
+                    "epoch": float(self.config.epochs + epoch + 1),
+                    "rl_loss": running / max(1, steps),
+                }
+                if val.examples:
+                    record.update({f"val_{k}": v for k, v in self.evaluate(val)[0].items()})
+                history.append(record)
         return history

@@ -484,6 +484,37 @@ def test_rl_stage_runs_with_partial_credit(backbone_dir, tmp_path) -> None:
     assert sum(probs.values()) == pytest.approx(1.0)
 
 
+def test_rl_stage_encodes_each_state_once_while_the_adapters_are_fixed(backbone_dir, tmp_path):
+    cfg = config(epochs=1, rl_epochs=2)  # LoRA rank 2: the adapters trained before RL
+    trainer = Trainer(cfg, backbone=str(backbone_dir))
+    during_rl: list[str] = []
+    forward = trainer._forward
+
+    def counting(texts: list[str]):
+        if trainer._frozen:
+            during_rl.extend(texts)
+        return forward(texts)
+
+    trainer._forward = counting  # type: ignore[method-assign]
+    data = dataset(n=24)
+    result = trainer.fit(data, tmp_path)
+    assert len([h for h in result.history if "rl_loss" in h]) == 2
+    # Two RL epochs over the training states, a validation pass after each: every state
+    # went through the backbone once, then came from the cache.
+    assert sorted(during_rl) == sorted(ex.state for ex in data.examples)
+    assert trainer._cache == {} and not trainer._frozen  # dropped once RL is over
+    # Cached features are those of an uncached forward in eval mode.
+    texts = [ex.state for ex in data.examples[:5]]
+    with torch.no_grad():
+        trainer.model.eval()
+        plain = trainer.features(texts)
+        with trainer.fixed_adapters():
+            trainer.features(texts[:2])  # cached alone, padded to their own length
+            cached = trainer.features(texts)
+    for a, b in zip(plain, cached, strict=True):
+        torch.testing.assert_close(a.float(), b.float(), atol=1e-5, rtol=0)
+
+
 def _separation(trainer: Trainer, data: TrainingSet) -> float:
     """Mean cosine of same-route pairs minus that of different-route pairs."""
     with torch.no_grad():
