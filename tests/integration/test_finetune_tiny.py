@@ -314,10 +314,9 @@ def test_memory_off(backbone_dir, tmp_path) -> None:
         TrainConfig(memory_max_states=0).check()
 
 
-def test_questions_with_one_fingerprint_share_one_memory(backbone_dir, tmp_path) -> None:
-    """Two 3-level score questions have the same fingerprint (type + levels "0".."2"), so
-    the head gives them one option bank; their memory is one too, fitted on both."""
-    bags = memorised()
+def two_score_questions(bags: TrainingSet) -> TrainingSet:
+    """The word bags as two 3-level score questions with one fingerprint (type + levels
+    "0".."2"), each asked of every other state."""
     levels = ["low", "medium", "high"]
     questions = {
         "urgency": Score(instructions="urgency", criteria=levels),
@@ -327,8 +326,14 @@ def test_questions_with_one_fingerprint_share_one_memory(backbone_dir, tmp_path)
         Example(ex.state, {"urgency" if i % 2 else "severity": ex.labels["route"]})
         for i, ex in enumerate(bags.examples)
     ]
+    return TrainingSet(questions, examples, "bags")
+
+
+def test_questions_with_one_fingerprint_share_one_memory(backbone_dir, tmp_path) -> None:
+    """Two 3-level score questions have the same fingerprint (type + levels "0".."2"), so
+    the head gives them one option bank; their memory is one too, fitted on both."""
     trainer = Trainer(config(epochs=1), backbone=str(backbone_dir))
-    result = trainer.fit(TrainingSet(questions, examples, "bags"), tmp_path)
+    result = trainer.fit(two_score_questions(memorised()), tmp_path)
     assert trainer.fps["urgency"] == trainer.fps["severity"]
     assert result.memory["urgency"] == result.memory["severity"]
     assert result.memory["urgency"]["states"] == 180  # both questions' training states
@@ -632,23 +637,13 @@ def test_prototype_head_without_validation_cross_fits_its_memory(backbone_dir, t
 def test_prototype_questions_with_one_fingerprint_share_one_head(backbone_dir, tmp_path) -> None:
     """Two score questions with the same levels: one prototype head, fitted on the examples
     of both (it used to be the second question's alone), and one memory."""
-    bags = memorised(n=120)
-    levels = ["low", "medium", "high"]
-    questions = {
-        "urgency": Score(instructions="urgency", criteria=levels),
-        "severity": Score(instructions="severity", criteria=levels),
-    }
-    examples = [
-        Example(ex.state, {"urgency" if i % 2 else "severity": ex.labels["route"]})
-        for i, ex in enumerate(bags.examples)
-    ]
+    data = two_score_questions(memorised(n=120))
     cfg = config(head="prototype", contrastive_steps=0, lora_rank=0, val_fraction=0.0)
     trainer = Trainer(cfg, backbone=str(backbone_dir))
-    result = trainer.fit(TrainingSet(questions, examples, "bags"), tmp_path)
+    result = trainer.fit(data, tmp_path)
     assert trainer.fps["urgency"] == trainer.fps["severity"]
     assert result.memory["urgency"] == result.memory["severity"]
     assert result.memory["urgency"]["states"] == 126  # 120 states + 2 x 3 level texts
-    data = TrainingSet(questions, examples, "bags")
     texts: list[str] = []
     labels: list[int] = []
     for qid in ("urgency", "severity"):  # each question's states, then its level texts
