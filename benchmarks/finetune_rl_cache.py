@@ -8,7 +8,7 @@ sample, seed and split (``--states`` training states, 1 supervised epoch, then
 (each RL step runs the backbone again, the behaviour before the cache), and reports the
 RL stage's wall time and the validation metrics after it.
 
-    python benchmarks/finetune_rl_cache.py            # ~10 min on 2 cores
+    python benchmarks/finetune_rl_cache.py            # ~3 min on 2 cores
 
 Writes ``benchmarks/results/finetune_rl_cache.json``.
 """

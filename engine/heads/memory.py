@@ -286,8 +286,8 @@ def fit_question_memory_cross(
         grid_k, grid_tau, grid_lambda: The settings tried.
 
     Returns:
-        As :func:`fit_question_memory`; ``held_out`` counts the memory states, and the
-        report adds ``cross_fitted: 1``.
+        As :func:`fit_question_memory` (also ``None`` when every state is in one fold);
+        ``held_out`` counts the memory states, and the report adds ``cross_fitted: 1``.
     """
     if len(labels) == 0:
         raise ValueError("fitting a memory needs memory states")
@@ -296,10 +296,9 @@ def fit_question_memory_cross(
             f"folds {list(folds.shape)} and probabilities {list(probabilities.shape)} must "
             f"have one row per memory state ({len(labels)})"
         )
-    if len(labels) < MIN_HELD_OUT:
+    if len(labels) < MIN_HELD_OUT or int(folds.unique().numel()) < 2:
+        # Too few states to choose on, or no other fold to vote.
         memory, report = None, _report(labels, probabilities, labels)
-    elif int(folds.unique().numel()) < 2:
-        raise ValueError("a cross-fitted memory needs at least two folds")
     else:
         near = _nearest(vectors, vectors, max(grid_k), query_folds=folds, vector_folds=folds)
         memory, report = _choose(

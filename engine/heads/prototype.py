@@ -94,6 +94,29 @@ def _fit_semi(
     return w, b, len(index)
 
 
+def _stratified_folds(
+    y: torch.Tensor, n_classes: int, folds: int, seed: int, groups: torch.Tensor | None
+) -> torch.Tensor:
+    """The fold of each example: per class, its groups shuffled and dealt round-robin; a
+    group belongs to the class of its first example and takes all its examples along."""
+    gen = torch.Generator().manual_seed(seed)
+    if groups is None:
+        group_of = torch.arange(len(y))
+    else:
+        group_of = torch.unique(groups.detach().cpu(), return_inverse=True)[1]
+    n_groups = int(group_of.max()) + 1 if len(y) else 0
+    first = torch.full((n_groups,), len(y), dtype=torch.long)
+    first.scatter_reduce_(0, group_of, torch.arange(len(y)), reduce="amin")
+    group_class = y[first]
+    fold_of_group = torch.empty(n_groups, dtype=torch.long)
+    for c in range(n_classes):
+        members = (group_class == c).nonzero().flatten()  # in order of first appearance
+        members = members[first[members].argsort()]
+        members = members[torch.randperm(len(members), generator=gen)]
+        fold_of_group[members] = torch.arange(len(members)) % folds
+    return fold_of_group[group_of]
+
+
 @dataclass
 class PrototypeClassifier:
     """A fitted linear head over normalised embeddings: ``logits = (x @ W.T + b) / T``."""
@@ -123,11 +146,17 @@ class PrototypeClassifier:
         seed: int = 0,
         unlabeled: torch.Tensor | None = None,
         per_label: int | None = None,
+        groups: torch.Tensor | None = None,
+        keep_folds: bool = False,
     ) -> PrototypeClassifier:
         """Fit on ``x`` (``[N, H]``) with labels ``y``; see the module docstring.
 
         ``unlabeled`` (``[M, H]``) adds pseudo-labelled states; ``per_label`` caps them per
         class (``None``: every unlabelled state joins with its predicted class).
+        ``groups`` (``[N]``, e.g. one id per distinct text): examples of one group share a
+        fold, so a copy of a held-out example is never on the other side of its split
+        (default: every example its own group). ``keep_folds``: keep :attr:`folds` and
+        :attr:`out_of_fold` (for a cross-fitted memory); by default they are dropped.
         """
         # Fitting may be asked for inside the engine's inference_mode; leave it for autograd
         # and copy the inputs out of inference tensors.
@@ -140,13 +169,7 @@ class PrototypeClassifier:
             fold_of: torch.Tensor | None = None
             oof: torch.Tensor | None = None
             if len(y) >= 2 * folds and folds >= 2:
-                gen = torch.Generator().manual_seed(seed)
-                # Stratified folds: shuffle within class, deal round-robin.
-                fold_of = torch.empty_like(y)
-                for c in range(n_classes):
-                    idx = (y == c).nonzero().flatten()
-                    idx = idx[torch.randperm(len(idx), generator=gen)]
-                    fold_of[idx] = torch.arange(len(idx)) % folds
+                fold_of = _stratified_folds(y, n_classes, folds, seed, groups)
                 oof = torch.empty(len(y), n_classes)
                 for f in range(folds):
                     test = fold_of == f
@@ -156,6 +179,8 @@ class PrototypeClassifier:
                     oof[test] = x[test] @ w_f.T + b_f
                 temperature = fit_temperature(oof, y)
                 oof = oof / temperature
+        if not keep_folds:
+            fold_of, oof = None, None
         return cls(weight, bias, temperature, len(y), n_pseudo, fold_of, oof)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -151,7 +151,7 @@ class FewShotStages(ModelForward):
         folded into the stored weights. A validation split, when there is one, is left
         for the calibrator that the trainer fits afterwards. Questions with the same
         fingerprint (type and option set) share one head, fitted on the examples of all
-        of them.
+        of them (a state with the same label under two of them counts once).
 
         ``unlabeled`` states (encoded once; :meth:`fit` has already dropped repeats and
         labelled states, see :meth:`_unlabeled_pool`) are pseudo-labelled for every
@@ -184,8 +184,7 @@ class FewShotStages(ModelForward):
             question = train.questions[qids[0]]
             qtype = str(question.type)  # type: ignore[attr-defined]
             names = train.names(qids[0])
-            texts: list[str] = []
-            labels: list[int] = []
+            pairs: dict[tuple[str, int], None] = {}  # (text, label), each pair once
             for qid in qids:  # labels in the order of the first question's options
                 relabel = [names.index(name) for name in train.names(qid)]
                 q_texts, members = self._members(train, qid)
@@ -193,9 +192,12 @@ class FewShotStages(ModelForward):
                 for label, items in enumerate(members):
                     for i in items:
                         q_labels[i] = relabel[label]
-                texts += q_texts
-                labels += q_labels
-            y = torch.tensor(labels, dtype=torch.long)
+                pairs.update(dict.fromkeys(zip(q_texts, q_labels, strict=True)))
+            texts = [text for text, _ in pairs]
+            y = torch.tensor([label for _, label in pairs], dtype=torch.long)
+            # One fold per distinct text: a state (or option text) that two questions of
+            # the group share never answers for its own copy in the cross-fit.
+            group_of = {text: i for i, text in reversed(list(enumerate(texts)))}
             fitted = PrototypeClassifier.fit(
                 self._encode(texts),
                 y,
@@ -203,6 +205,8 @@ class FewShotStages(ModelForward):
                 seed=self.config.seed,
                 unlabeled=pool,
                 per_label=self.config.pseudo_per_label,
+                groups=torch.tensor([group_of[text] for text in texts]),
+                keep_folds=self.memory is not None,
             )
             pseudo += fitted.n_pseudo * len(qids)
             self.head.add_prototypes(

@@ -632,6 +632,13 @@ def test_prototype_head_without_validation_cross_fits_its_memory(backbone_dir, t
     small = Trainer(cfg, backbone=str(backbone_dir)).fit(memorised(n=30), tmp_path / "small")
     assert small.memory["route"]["held_out"] == 33 and "lam" not in small.memory["route"]
     assert not (tmp_path / "small" / MEMORY_FILE).exists()
+    # 6 states + 3 option texts: too few for the head's 5 folds, so nothing to cross-fit.
+    tiny = Trainer(cfg, backbone=str(backbone_dir)).fit(memorised(n=6), tmp_path / "tiny")
+    assert {k: tiny.memory["route"][k] for k in ("states", "held_out", "cross_fitted")} == {
+        "states": 9.0,
+        "held_out": 0.0,
+        "cross_fitted": 1.0,
+    }
 
 
 def test_prototype_questions_with_one_fingerprint_share_one_head(backbone_dir, tmp_path) -> None:
@@ -643,21 +650,34 @@ def test_prototype_questions_with_one_fingerprint_share_one_head(backbone_dir, t
     result = trainer.fit(data, tmp_path)
     assert trainer.fps["urgency"] == trainer.fps["severity"]
     assert result.memory["urgency"] == result.memory["severity"]
-    assert result.memory["urgency"]["states"] == 126  # 120 states + 2 x 3 level texts
-    texts: list[str] = []
-    labels: list[int] = []
+    # 120 states + the 3 level texts, which both questions share and which count once.
+    assert result.memory["urgency"]["states"] == 123
+    pairs: dict[tuple[str, int], None] = {}
     for qid in ("urgency", "severity"):  # each question's states, then its level texts
         q_texts, members = trainer._members(data, qid)
-        texts += q_texts
-        labels += [next(c for c, m in enumerate(members) if i in m) for i in range(len(q_texts))]
+        labels = [next(c for c, m in enumerate(members) if i in m) for i in range(len(q_texts))]
+        pairs.update(dict.fromkeys(zip(q_texts, labels, strict=True)))
+    texts = [text for text, _ in pairs]
+    y = torch.tensor([label for _, label in pairs])
     names = data.names("urgency")
     with torch.no_grad():
         pooled = trainer._encode(texts)
         stored = trainer.head.prototype_logits("score", names, pooled)
-    both = PrototypeClassifier.fit(pooled, torch.tensor(labels), 3, seed=0)
+    both = PrototypeClassifier.fit(pooled, y, 3, seed=0)
     torch.testing.assert_close(stored, both.logits(pooled), atol=1e-4, rtol=0)
-    alone = PrototypeClassifier.fit(pooled[63:], torch.tensor(labels[63:]), 3, seed=0)
+    alone = PrototypeClassifier.fit(pooled[63:], y[63:], 3, seed=0)  # severity's states
     assert not torch.allclose(stored, alone.logits(pooled), atol=1e-3)
+    # A state both questions label alike is one example, not two.
+    twice = TrainingSet(
+        data.questions,
+        [
+            Example(ex.state, dict.fromkeys(data.questions, next(iter(ex.labels.values()))))
+            for ex in data.examples
+        ],
+        "bags, both questions",
+    )
+    again = Trainer(cfg, backbone=str(backbone_dir)).fit(twice, tmp_path / "twice")
+    assert again.memory["urgency"]["states"] == 123
 
 
 def test_unlabelled_states_join_the_prototype_heads_with_pseudo_labels(backbone_dir, tmp_path):

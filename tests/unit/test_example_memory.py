@@ -201,8 +201,9 @@ def test_copies_inside_a_fold_do_not_vote_for_each_other() -> None:
 def test_cross_fitted_memory_checks_its_folds() -> None:
     x, y = clusters(90, seed=1)
     probs = calibrated_head(y, seed=3)
-    with pytest.raises(ValueError, match="at least two folds"):
-        fit_question_memory_cross(x, y, NAMES, torch.zeros(90, dtype=torch.long), probs)
+    one_fold = torch.zeros(90, dtype=torch.long)  # no other fold to vote: no memory
+    fitted, report = fit_question_memory_cross(x, y, NAMES, one_fold, probs)
+    assert fitted is None and report["held_out"] == 90 and "lam" not in report
     with pytest.raises(ValueError, match="one row per memory state"):
         fit_question_memory_cross(x, y, NAMES, torch.arange(89) % 5, probs)
     few = MIN_HELD_OUT - 1

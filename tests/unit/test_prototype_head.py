@@ -115,7 +115,7 @@ def test_out_of_fold_logits_come_from_the_head_fitted_without_the_fold() -> None
     x, y, _, _ = off_centre_labels()
     x = torch.cat([x, x * 0.99, x * 0.98])
     y = torch.cat([y, y, y])  # 12 points, 3 folds of 4
-    fitted = PrototypeClassifier.fit(x, y, 2, folds=3, seed=1)
+    fitted = PrototypeClassifier.fit(x, y, 2, folds=3, seed=1, keep_folds=True)
     assert fitted.folds is not None and fitted.out_of_fold is not None
     assert sorted(torch.bincount(fitted.folds).tolist()) == [4, 4, 4]
     for f in range(3):
@@ -125,5 +125,26 @@ def test_out_of_fold_logits_come_from_the_head_fitted_without_the_fold() -> None
         expected = (x[held] @ w.T + b) / fitted.temperature
         torch.testing.assert_close(fitted.out_of_fold[held], expected, atol=1e-5, rtol=0)
     # Too few points for the folds: no temperature, nothing out of fold.
-    small = PrototypeClassifier.fit(x[:4], y[:4], 2, folds=3)
+    small = PrototypeClassifier.fit(x[:4], y[:4], 2, folds=3, keep_folds=True)
     assert small.temperature == 1.0 and small.folds is None and small.out_of_fold is None
+    # Not asked for: not kept (the engine caches its classifiers).
+    plain = PrototypeClassifier.fit(x, y, 2, folds=3, seed=1)
+    assert plain.folds is None and plain.out_of_fold is None
+    assert plain.temperature == fitted.temperature
+
+
+def test_examples_of_one_group_share_a_fold() -> None:
+    """Copies of one text (one group) never sit on both sides of a fold's split, where the
+    copy outside the fold would answer for the one held out."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.nn.functional.normalize(torch.randn(30, 4, generator=gen), dim=-1)
+    y = torch.arange(30) % 3
+    x, y = torch.cat([x, x]), torch.cat([y, y])  # every example twice
+    groups = torch.cat([torch.arange(30), torch.arange(30)])
+    grouped = PrototypeClassifier.fit(x, y, 3, groups=groups, keep_folds=True)
+    assert grouped.folds is not None
+    assert torch.equal(grouped.folds[:30], grouped.folds[30:])
+    assert sorted(torch.bincount(grouped.folds).tolist()) == [12] * 5  # 2 groups x 3 classes
+    ungrouped = PrototypeClassifier.fit(x, y, 3, keep_folds=True)
+    assert ungrouped.folds is not None
+    assert not torch.equal(ungrouped.folds[:30], ungrouped.folds[30:])
