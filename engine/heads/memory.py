@@ -243,7 +243,7 @@ def fit_question_memory(
     if len(held_labels) == 0 or len(labels) == 0:
         raise ValueError("fitting a memory needs memory states and held-out states")
     if len(held_labels) < MIN_HELD_OUT:
-        return None, _report(labels, held_probabilities, held_labels)
+        return None, _report(len(labels), held_probabilities, held_labels)[0]
     near = _nearest(held_vectors, vectors, max(grid_k))
     return _choose(
         vectors,
@@ -298,7 +298,7 @@ def fit_question_memory_cross(
         )
     if len(labels) < MIN_HELD_OUT or int(folds.unique().numel()) < 2:
         # Too few states to choose on, or no other fold to vote.
-        memory, report = None, _report(labels, probabilities, labels)
+        memory, report = None, _report(len(labels), probabilities, labels)[0]
     else:
         near = _nearest(vectors, vectors, max(grid_k), query_folds=folds, vector_folds=folds)
         memory, report = _choose(
@@ -308,16 +308,16 @@ def fit_question_memory_cross(
 
 
 def _report(
-    labels: torch.Tensor, held_probabilities: torch.Tensor, held_labels: torch.Tensor
-) -> dict[str, float]:
-    return {
-        "states": float(len(labels)),
+    states: int, held_probabilities: torch.Tensor, held_labels: torch.Tensor
+) -> tuple[dict[str, float], float]:
+    """The fit's report before any setting is chosen, and the head's held-out NLL."""
+    nll = _nll(held_probabilities.detach().double().cpu(), held_labels.detach().long().cpu())
+    report = {
+        "states": float(states),
         "held_out": float(len(held_labels)),
-        "nll_head": round(
-            _nll(held_probabilities.detach().double().cpu(), held_labels.detach().long().cpu()),
-            4,
-        ),
+        "nll_head": round(nll, 4),
     }
+    return report, nll
 
 
 def _choose(
@@ -336,8 +336,7 @@ def _choose(
     held_p = held_probabilities.detach().double().cpu()
     held_y = held_labels.detach().long().cpu()
     memory_y = labels.detach().long().cpu()
-    report = _report(memory_y, held_p, held_y)
-    head_nll = _nll(held_p, held_y)
+    report, head_nll = _report(len(memory_y), held_p, held_y)
     n = len(names)
     cosines, index = near
     best: tuple[float, MemorySettings] | None = None

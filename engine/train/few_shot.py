@@ -181,8 +181,7 @@ class FewShotStages(ModelForward):
         for qid in train.questions:
             groups.setdefault(self.fps[qid], []).append(qid)
         for qids in groups.values():
-            question = train.questions[qids[0]]
-            qtype = str(question.type)  # type: ignore[attr-defined]
+            qtype = str(train.questions[qids[0]].type)  # type: ignore[attr-defined]
             names = train.names(qids[0])
             pairs: dict[tuple[str, int], None] = {}  # (text, label), each pair once
             for qid in qids:  # labels in the order of the first question's options
@@ -197,7 +196,7 @@ class FewShotStages(ModelForward):
             y = torch.tensor([label for _, label in pairs], dtype=torch.long)
             # One fold per distinct text: a state (or option text) that two questions of
             # the group share never answers for its own copy in the cross-fit.
-            group_of = {text: i for i, text in reversed(list(enumerate(texts)))}
+            group_of = {text: n for n, text in enumerate(dict.fromkeys(texts))}
             fitted = PrototypeClassifier.fit(
                 self._encode(texts),
                 y,
