@@ -38,16 +38,30 @@ def _eval(
     *,
     uncalibrated: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate in batches of 64 (speed); with ``uncalibrated`` also report T=1 ECE."""
+    """Evaluate in batches of 64 (speed); with ``uncalibrated`` also report T=1 ECE.
+
+    A prototype head's question is also scored without its example memory (``head_alone``:
+    the classifier with its temperature); the T=1 ECE is the classifier's, memory off.
+    """
     report = evaluate(engine, texts, labels, question, batch_size=64)
-    out = {k: report.summary()[k] for k in ("accuracy", "macro_f1", "ece", "brier", "nll")}
+    keys = ("accuracy", "macro_f1", "ece", "brier", "nll")
+    out = {k: report.summary()[k] for k in keys}
     if uncalibrated:
         prepared = engine.prepare_question(question)
         if prepared.classifier is not None:
-            t = prepared.classifier.temperature
+            t, memory = prepared.classifier.temperature, prepared.memory
+            prepared.memory = None
+            if memory is not None:
+                alone = evaluate(engine, texts, labels, question, batch_size=64).summary()
+                out["head_alone"] = {k: alone[k] for k in keys}
+                out["memory"] = {
+                    "k": memory.settings.k,
+                    "tau": memory.settings.tau,
+                    "lam": memory.settings.lam,
+                }
             prepared.classifier.temperature = 1.0
             raw = evaluate(engine, texts, labels, question, batch_size=64)
-            prepared.classifier.temperature = t
+            prepared.classifier.temperature, prepared.memory = t, memory
         else:
             calibrated = engine.calibrator
             engine.calibrator = Calibrator(source="identity")

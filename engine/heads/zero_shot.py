@@ -10,7 +10,11 @@ logits with a temperature per (question type, option-count bucket):
   threshold ``b``, taken as P(yes) for the ``true`` side and 1 - that for ``false``.
 
 Options with ``examples`` switch the question to a :class:`PrototypeClassifier` fitted on
-the example embeddings; it carries its own cross-validated temperature.
+the example embeddings; it carries its own cross-validated temperature. When there are
+enough examples (:data:`engine.heads.memory.MIN_HELD_OUT`), the same folds also fit an
+example memory (:mod:`engine.heads.memory`, cross-fitted): the nearest examples of a
+state vote, and the vote is mixed with the classifier's probabilities where that lowered
+the examples' out-of-fold NLL.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.calibration.temperature import Calibrator
+from engine.heads.memory import FLOOR, QuestionMemory
 from engine.heads.prototype import PrototypeClassifier
 from engine.schema.questions import Choice, Noul, Score, _Question
 
@@ -36,6 +41,8 @@ class PreparedQuestion:
     vectors: torch.Tensor | None = None
     """``[n, H]`` normalised option embeddings (``None`` until encoded)."""
     classifier: PrototypeClassifier | None = None
+    memory: QuestionMemory | None = None
+    """The examples' memory, mixed with the classifier's answers (``None``: none kept)."""
     sides: tuple[bool, bool] = (True, True)
     legend: dict[str, str] | None = None
     tokens: int = 0
@@ -87,7 +94,12 @@ class ZeroShotHead:
         For ``noul`` the two columns are (yes, no).
         """
         if prepared.classifier is not None:
-            return prepared.classifier.logits(state)
+            logits = prepared.classifier.logits(state)
+            if prepared.memory is None:
+                return logits
+            probabilities = torch.softmax(logits.double(), dim=-1)
+            mixed = prepared.memory.mix(probabilities, state, prepared.names)
+            return mixed.clamp(min=FLOOR).log()  # softmax gives the mixture back
         cal = self.calibrator
         n = len(prepared.names)
         if prepared.type != "noul":

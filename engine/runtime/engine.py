@@ -40,6 +40,7 @@ from engine.errors import (
     StateTooLargeError,
     UnsupportedQuestionError,
 )
+from engine.heads.memory import fit_question_memory_cross
 from engine.heads.prototype import PrototypeClassifier
 from engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
 from engine.runtime import model_dir
@@ -235,6 +236,9 @@ class DecisionEngine:
             return prepared
 
     def _fit_prototypes(self, prepared: PreparedQuestion, specs: list[Any]) -> PrototypeClassifier:
+        """The prototype head of a question whose options carry examples, and (into
+        ``prepared.memory``) the example memory cross-fitted on its folds, when one lowers
+        the out-of-fold NLL (:func:`engine.heads.memory.fit_question_memory_cross`)."""
         texts: list[str] = []
         labels: list[int] = []
         for i, spec in enumerate(specs):
@@ -245,7 +249,22 @@ class DecisionEngine:
         # Every option's own text is one more example, so options without examples count.
         x = torch.cat([vectors.float().cpu(), prepared.vectors.float().cpu()])
         y = torch.tensor(labels + list(range(len(specs))))
-        return PrototypeClassifier.fit(x, y, len(specs))
+        # One fold per distinct text: a repeated example never answers for its own copy.
+        group_of: dict[str, int] = {}
+        groups = [group_of.setdefault(t, len(group_of)) for t in texts + prepared.texts]
+        classifier = PrototypeClassifier.fit(
+            x, y, len(specs), groups=torch.tensor(groups), keep_folds=True
+        )
+        if classifier.folds is not None and classifier.out_of_fold is not None:
+            prepared.memory, _ = fit_question_memory_cross(
+                x,
+                y,
+                prepared.names,
+                classifier.folds,
+                torch.softmax(classifier.out_of_fold.double(), dim=-1),
+            )
+        classifier.folds = classifier.out_of_fold = None  # not kept in the cache
+        return classifier
 
     # -- requests ----------------------------------------------------------------------
 

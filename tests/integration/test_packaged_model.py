@@ -49,6 +49,28 @@ def test_ten_shot_prototypes_from_train(engine, banking77_dir, intents):
     assert correct >= len(CLEAR_ROWS) - 1
 
 
+def test_ten_shot_prototypes_keep_a_cross_fitted_memory(engine, banking77_dir, intents):
+    import torch
+
+    texts, labels = columns(read_records(banking77_dir / "train.csv"), "text", "category")
+    examples, _ = sample_examples(texts, labels, 10, seed=1)
+    question = label_question(intents, examples)
+    prepared = engine.prepare_question(question)
+    memory = prepared.memory
+    # 770 examples + 77 option texts, each voted on by the other folds; on these base
+    # vectors the vote lowered the out-of-fold NLL, so the memory is kept.
+    assert memory is not None and len(memory) == 770 + 77
+    assert 0 < memory.settings.lam <= 1
+    state = CLEAR_ROWS[0][0]
+    answer = engine.decide(state, {"intent": question}).answers["intent"]
+    pooled = engine.backbone.encode([state]).pooled.float()
+    alone = torch.softmax(prepared.classifier.logits(pooled).double(), -1)
+    mixed = memory.mix(alone, pooled, prepared.names)[0]
+    got = torch.tensor([answer.probabilities[n] for n in prepared.names], dtype=torch.float64)
+    assert torch.allclose(got, mixed, atol=1e-5)
+    assert not torch.allclose(got, alone[0], atol=1e-3)
+
+
 def test_int8_agrees_with_fp32_on_clear_rows(intents):
     int8 = DecisionEngine(quantize="int8")
     question = {"intent": label_question(intents)}

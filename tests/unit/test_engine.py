@@ -223,6 +223,41 @@ def test_prototype_examples_teach_options(tiny_engine):
     assert result.answers["q"].choice == "tech"
 
 
+def test_few_examples_keep_no_memory(tiny_engine):
+    # 6 examples + 2 option texts: too few held-out answers to choose a memory's settings.
+    q = Choice(
+        instructions="x",
+        criteria={
+            "money": {"examples": ["refund payment", "money refund please", "payment cash"]},
+            "tech": {"examples": ["login error", "bug on page", "error login bug"]},
+        },
+    )
+    prepared = tiny_engine.prepare_question(q)
+    assert prepared.classifier is not None and prepared.memory is None
+    assert prepared.classifier.folds is None and prepared.classifier.out_of_fold is None
+
+
+def test_a_prototype_memory_mixes_into_the_answer():
+    from engine.heads.memory import MemorySettings, QuestionMemory
+    from engine.heads.prototype import PrototypeClassifier
+    from engine.heads.zero_shot import PreparedQuestion, ZeroShotHead
+
+    vectors = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), dim=-1)
+    # The classifier leans to "b"; the one memory state nearest to the state says "a".
+    classifier = PrototypeClassifier(torch.zeros(2, 2), torch.tensor([0.0, 1.0]), 1.0, 2)
+    memory = QuestionMemory(vectors, torch.tensor([0, 1]), ["a", "b"], MemorySettings(1, 0.1, 0.7))
+    prepared = PreparedQuestion("choice", ["a", "b"], ["a", "b"], classifier=classifier)
+    head = ZeroShotHead()
+    state = vectors[:1]
+    alone = torch.softmax(head.logits(prepared, torch.zeros(1, 2), state).double(), -1)
+    assert alone.argmax().item() == 1
+    prepared.memory = memory
+    mixed = torch.softmax(head.logits(prepared, torch.zeros(1, 2), state).double(), -1)
+    expected = 0.3 * alone + 0.7 * torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    assert torch.allclose(mixed, expected)
+    assert mixed.argmax().item() == 0
+
+
 def test_device_and_dtype_errors(tiny_engine):
     from engine.runtime.devices import select_device, select_dtype
 
