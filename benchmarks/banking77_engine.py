@@ -74,8 +74,17 @@ def _eval(
 
 
 def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = runs[0].keys()
-    return {k: round(float(np.mean([r[k] for r in runs])), 5) for k in keys}
+    """Mean of each number over ``runs``, nested dicts (``head_alone``) too when every run
+    has them; the memory's settings (``memory``) are per run only."""
+    out: dict[str, Any] = {}
+    for k, v in runs[0].items():
+        if k == "memory" or not all(k in r for r in runs):
+            continue
+        if isinstance(v, dict):
+            out[k] = _mean([r[k] for r in runs])
+        else:
+            out[k] = round(float(np.mean([r[k] for r in runs])), 5)
+    return out
 
 
 def accuracy_section(
