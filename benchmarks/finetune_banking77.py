@@ -345,6 +345,12 @@ def main() -> None:
         help="full-set runs: cosine scores against the option bank, no evidence head (own "
         "section full_noevidence)",
     )
+    parser.add_argument(
+        "--val-fraction",
+        type=float,
+        default=None,
+        help="full-set runs: the validation split's share when not 0.1 (own section full_valF)",
+    )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--variants", default=None, help="ablations to run (comma-separated)")
@@ -501,6 +507,7 @@ def main() -> None:
         "brier_weight": "brier",
         "label_smoothing": "smoothing",
         "rl_epochs": "rl",
+        "val_fraction": "val",
     }
     zero_is_a_value = {"brier_weight", "label_smoothing"}  # 0 switches the term off
     for section, (name, kw) in full_runs.items():
