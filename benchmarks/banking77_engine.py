@@ -16,6 +16,7 @@ import argparse
 import json
 import random
 import time
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -50,18 +51,16 @@ def _eval(
         prepared = engine.prepare_question(question)
         if prepared.classifier is not None:
             t, memory = prepared.classifier.temperature, prepared.memory
-            prepared.memory = None
-            if memory is not None:
-                alone = evaluate(engine, texts, labels, question, batch_size=64).summary()
-                out["head_alone"] = {k: alone[k] for k in keys}
-                out["memory"] = {
-                    "k": memory.settings.k,
-                    "tau": memory.settings.tau,
-                    "lam": memory.settings.lam,
-                }
-            prepared.classifier.temperature = 1.0
-            raw = evaluate(engine, texts, labels, question, batch_size=64)
-            prepared.classifier.temperature, prepared.memory = t, memory
+            try:  # the question is the engine's cached one: restore it whatever happens
+                prepared.memory = None
+                if memory is not None:
+                    alone = evaluate(engine, texts, labels, question, batch_size=64).summary()
+                    out["head_alone"] = {k: alone[k] for k in keys}
+                    out["memory"] = asdict(memory.settings)
+                prepared.classifier.temperature = 1.0
+                raw = evaluate(engine, texts, labels, question, batch_size=64)
+            finally:
+                prepared.classifier.temperature, prepared.memory = t, memory
         else:
             calibrated = engine.calibrator
             engine.calibrator = Calibrator(source="identity")

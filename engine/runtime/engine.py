@@ -23,7 +23,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,9 +78,21 @@ class Scored:
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]
-    def __init__(self, capacity: int) -> None:
+    """At most ``capacity`` entries and, with ``size``, at most ``max_bytes`` in all (the
+    newest entry always stays)."""
+
+    def __init__(
+        self,
+        capacity: int,
+        max_bytes: int | None = None,
+        size: Callable[[Any], int] | None = None,
+    ) -> None:
         super().__init__()
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.size = size
+        self.bytes = 0
+        self._sizes: dict[Any, int] = {}
 
     def get_or_none(self, k: Any) -> Any:
         value = self.get(k)
@@ -89,10 +101,44 @@ class _LRU(OrderedDict):  # type: ignore[type-arg]
         return value
 
     def put(self, k: Any, value: Any) -> None:
+        if k in self:
+            self._forget(k)
         self[k] = value
         self.move_to_end(k)
-        while len(self) > self.capacity:
-            self.popitem(last=False)
+        if self.size is not None:
+            self._sizes[k] = self.size(value)
+            self.bytes += self._sizes[k]
+        while len(self) > self.capacity or (
+            self.max_bytes is not None and self.bytes > self.max_bytes and len(self) > 1
+        ):
+            oldest = next(iter(self))
+            self._forget(oldest)
+            del self[oldest]
+
+    def _forget(self, k: Any) -> None:
+        self.bytes -= self._sizes.pop(k, 0)
+
+    def clear(self) -> None:
+        super().clear()
+        self._sizes.clear()
+        self.bytes = 0
+
+
+PREPARED_CACHE_BYTES = 1 << 30
+"""Cached questions keep at most this many bytes of example-memory vectors in all (1 GiB;
+the oldest are dropped, and fitted again if asked again)."""
+
+
+def _memory_bytes(prepared: PreparedQuestion) -> int:
+    memory = prepared.memory
+    return 0 if memory is None else memory.vectors.numel() * memory.vectors.element_size()
+
+
+PROTOTYPE_MEMORY_MAX = 20_000
+"""Examples (option texts included) above which a question taught by examples keeps no
+example memory: choosing one compares every example with every other (about 2 s for
+8,000 on one core, growing with the square), and the cached question would hold all
+their vectors."""
 
 
 class DecisionEngine:
@@ -140,7 +186,7 @@ class DecisionEngine:
         self.max_state_chars = int(max_state_chars)
         self.model_name = model_name or _default_name(self.backbone)
         self._vectors: _LRU = _LRU(cache_size)
-        self._prepared: _LRU = _LRU(max(64, cache_size // 50))
+        self._prepared: _LRU = _LRU(max(64, cache_size // 50), PREPARED_CACHE_BYTES, _memory_bytes)
         self._lock = threading.RLock()
         self._executor: ThreadPoolExecutor | None = None
         self._version: str | None = None
@@ -249,19 +295,24 @@ class DecisionEngine:
         # Every option's own text is one more example, so options without examples count.
         x = torch.cat([vectors.float().cpu(), prepared.vectors.float().cpu()])
         y = torch.tensor(labels + list(range(len(specs))))
-        # One fold per distinct text: a repeated example never answers for its own copy.
+        # One fold per distinct text (case and spacing aside, which the tokenizer may
+        # drop): a repeated example never answers for its own copy.
         group_of: dict[str, int] = {}
-        groups = [group_of.setdefault(t, len(group_of)) for t in texts + prepared.texts]
+        groups = [
+            group_of.setdefault(" ".join(t.split()).casefold(), len(group_of))
+            for t in texts + prepared.texts
+        ]
         classifier = PrototypeClassifier.fit(
             x, y, len(specs), groups=torch.tensor(groups), keep_folds=True
         )
-        if classifier.folds is not None and classifier.out_of_fold is not None:
+        folds, out_of_fold = classifier.folds, classifier.out_of_fold
+        if folds is not None and out_of_fold is not None and len(y) <= PROTOTYPE_MEMORY_MAX:
             prepared.memory, _ = fit_question_memory_cross(
                 x,
                 y,
                 prepared.names,
-                classifier.folds,
-                torch.softmax(classifier.out_of_fold.double(), dim=-1),
+                folds,
+                torch.softmax(out_of_fold.double(), dim=-1),
             )
         classifier.folds = classifier.out_of_fold = None  # not kept in the cache
         return classifier

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 
 import pytest
 import torch
@@ -237,6 +238,36 @@ def test_few_examples_keep_no_memory(tiny_engine):
     assert prepared.classifier.folds is None and prepared.classifier.out_of_fold is None
 
 
+def bag_question(n: int) -> Choice:
+    """``n`` examples that repeat 15 word bags (a bag's copies share its option): the
+    nearest examples know a bag at once, so an example memory pays off."""
+    rng = random.Random(0)
+    vocab = "refund payment money bug error login page exchange rate card fee cash pin".split()
+    bags = [" ".join(rng.sample(vocab, 4)) for _ in range(15)]
+    criteria: dict[str, dict[str, list[str]]] = {k: {"examples": []} for k in ("a", "b", "c")}
+    for i in range(n):
+        criteria["abc"[i % 15 % 3]]["examples"].append(f"{bags[i % 15]} {i}")
+    return Choice(instructions="route", criteria=criteria)
+
+
+def test_enough_examples_keep_a_cross_fitted_memory(tiny_engine):
+    question = bag_question(60)
+    prepared = tiny_engine.prepare_question(question)
+    memory = prepared.memory
+    assert memory is not None and len(memory) == 60 + 3  # the option texts too
+    assert prepared.classifier is not None and prepared.classifier.folds is None
+    state = "refund payment money fee"
+    got = tiny_engine.decide(state, {"q": question}).answers["q"].probabilities
+    pooled = tiny_engine.backbone.encode([state]).pooled.float()
+    alone = torch.softmax(prepared.classifier.logits(pooled).double(), -1)
+    mixed = memory.mix(alone, pooled, prepared.names)[0]
+    assert [got[n] for n in prepared.names] == pytest.approx(mixed.tolist(), abs=1e-6)
+    assert not torch.allclose(mixed, alone[0], atol=1e-3)
+    # 40 examples + 3 option texts: folds for the temperature, too few to choose a memory.
+    fewer = tiny_engine.prepare_question(bag_question(40))
+    assert fewer.classifier is not None and fewer.memory is None
+
+
 def test_a_prototype_memory_mixes_into_the_answer():
     from engine.heads.memory import MemorySettings, QuestionMemory
     from engine.heads.prototype import PrototypeClassifier
@@ -390,3 +421,24 @@ def test_model_name_follows_the_backbone_and_max_length_round_trips(tiny_engine,
     DecisionEngine(backbone, warmup=False).save_pretrained(tmp_path / "m")
     loaded = DecisionEngine.from_pretrained(tmp_path / "m", warmup=False)
     assert loaded.backbone.max_length == 16
+
+
+def test_the_question_cache_is_bounded_in_bytes_too():
+    from engine.runtime.engine import _LRU
+
+    cache = _LRU(10, max_bytes=100, size=len)
+    cache.put("a", "x" * 60)
+    cache.put("b", "x" * 30)
+    assert list(cache) == ["a", "b"] and cache.bytes == 90
+    cache.put("a", "x" * 10)  # replaced: its old size is forgotten
+    assert cache.bytes == 40 and list(cache) == ["b", "a"]
+    cache.put("c", "x" * 80)  # over the budget: the oldest goes first
+    assert list(cache) == ["a", "c"] and cache.bytes == 90
+    cache.put("d", "x" * 500)  # the newest always stays, even alone over the budget
+    assert list(cache) == ["d"] and cache.bytes == 500
+    cache.clear()
+    assert cache.bytes == 0 and not cache
+    counted = _LRU(2)
+    for k in "abc":
+        counted.put(k, k)
+    assert list(counted) == ["b", "c"]
