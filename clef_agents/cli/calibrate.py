@@ -72,12 +72,18 @@ def _trained_questions(engine: Any, instructions: str | None) -> dict[str, Any] 
         qtype, names = module.bank_types[fp], module.bank_names[fp]
         qid = "label" if len(module.bank_names) == 1 else f"q{i}"
         text = instructions or "Which label fits the text?"
+        # A noul or score question is known by its wording (question_context), which the
+        # model dir keeps: rebuild it from there, or the head would not recognise it.
+        context = module.bank_contexts.get(fp)
+        asked, described = json.loads(context) if context else (None, [])
         if qtype == "choice":
             out[qid] = Choice(instructions=text, criteria=names)
         elif qtype == "score":
-            out[qid] = Score(instructions=text, criteria=names)
+            levels = [d or n for d, n in zip(described, names, strict=False)] or names
+            out[qid] = Score(instructions=asked or text, criteria=levels)
         else:
-            out[qid] = Noul(instructions=text)
+            sides = {k: d for k, d in zip(("true", "false"), described, strict=False) if d}
+            out[qid] = Noul(instructions=asked or (None if sides else text), criteria=sides or None)
     return out
 
 
@@ -112,12 +118,13 @@ def _refit_memory(
 ) -> dict[str, dict[str, float]]:
     """:func:`engine.heads.memory.refit_memory` on the held-out rows; reports by question id."""
     from engine.heads.memory import refit_memory
-    from engine.heads.option_evidence import fingerprint
+    from engine.heads.option_evidence import fingerprint, question_context
 
     names = {q: [s.name for s in v.option_specs()] for q, v in data.questions.items()}
     types = {q: str(v.type) for q, v in data.questions.items()}
+    contexts = {q: question_context(v) for q, v in data.questions.items()}
     rows = [
-        (types[qid], names[qid], state, after[i], before[i], labels[i])
+        (types[qid], contexts[qid], names[qid], state, after[i], before[i], labels[i])
         for i, (qid, state) in enumerate(asked)
     ]
 
@@ -125,7 +132,7 @@ def _refit_memory(
         return engine.backbone.encode(states).pooled.float()
 
     reports = refit_memory(memory, rows, encode)
-    by_id = {q: fingerprint(types[q], names[q]) for q in data.questions}
+    by_id = {q: fingerprint(types[q], names[q], contexts[q]) for q in data.questions}
     return {q: reports[fp] for q, fp in by_id.items() if fp in reports}
 
 

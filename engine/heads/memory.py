@@ -411,37 +411,38 @@ def refit_question_memory(
 
 def refit_memory(
     memory: ExampleMemory,
-    rows: Sequence[tuple[str, Sequence[str], str, Sequence[float], Sequence[float], int]],
+    rows: Sequence[tuple[str, str, Sequence[str], str, Sequence[float], Sequence[float], int]],
     encode: Callable[[list[str]], torch.Tensor],
 ) -> dict[str, dict[str, float]]:
     """Choose the settings of every question memory again on held-out rows, in place.
 
-    ``rows`` are ``(question type, option names, state, probabilities now, probabilities
-    before, label)``, the probabilities being the head's under the new and the old
-    calibration; rows of questions with the same fingerprint (same type and option set)
-    are pooled, as their memory is one. ``encode`` turns states into pooled vectors. A
+    ``rows`` are ``(question type, question context, option names, state, probabilities
+    now, probabilities before, label)``, the context being
+    :func:`~engine.heads.option_evidence.question_context` and the probabilities the
+    head's under the new and the old calibration; rows of questions with the same
+    fingerprint are pooled, as their memory is one. ``encode`` turns states into pooled vectors. A
     memory that no longer lowers the held-out NLL is removed (see
     :func:`refit_question_memory` for small held-out sets). Returns the report per
     fingerprint.
     """
     groups: dict[str, list[int]] = {}
-    for i, (qtype, names, *_rest) in enumerate(rows):
-        if memory.get(qtype, names) is not None:
-            groups.setdefault(fingerprint(qtype, names), []).append(i)
+    for i, (qtype, context, names, *_rest) in enumerate(rows):
+        if memory.get(qtype, names, context) is not None:
+            groups.setdefault(fingerprint(qtype, names, context), []).append(i)
     reports: dict[str, dict[str, float]] = {}
     for fp, idx in groups.items():
         stored = memory.questions[fp]
-        names = list(rows[idx[0]][1])
+        names = list(rows[idx[0]][2])
         now: list[list[float]] = []
         before: list[list[float]] = []
         labels: list[int] = []
         for i in idx:
-            _, asked, _, p_now, p_before, label = rows[i]
+            _, _, asked, _, p_now, p_before, label = rows[i]
             order = [list(asked).index(name) for name in names]  # the first row's order
             now.append([p_now[j] for j in order])
             before.append([p_before[j] for j in order])
             labels.append(order.index(label))
-        vectors = encode([rows[i][2] for i in idx])
+        vectors = encode([rows[i][3] for i in idx])
         fitted, reports[fp] = refit_question_memory(
             stored,
             vectors,
@@ -466,11 +467,15 @@ class ExampleMemory:
     def __len__(self) -> int:
         return len(self.questions)
 
-    def add(self, question_type: str, memory: QuestionMemory) -> None:
-        self.questions[fingerprint(question_type, memory.names)] = memory
+    def add(self, question_type: str, memory: QuestionMemory, context: str = "") -> None:
+        """Keep ``memory`` for the question of this type, its option names and ``context``
+        (:func:`~engine.heads.option_evidence.question_context`)."""
+        self.questions[fingerprint(question_type, memory.names, context)] = memory
 
-    def get(self, question_type: str, names: Sequence[str]) -> QuestionMemory | None:
-        return self.questions.get(fingerprint(question_type, names))
+    def get(
+        self, question_type: str, names: Sequence[str], context: str = ""
+    ) -> QuestionMemory | None:
+        return self.questions.get(fingerprint(question_type, names, context))
 
     def digest(self) -> str:
         """Short hash of every question's settings, vectors and labels (model version)."""

@@ -43,16 +43,36 @@ TYPES = ("choice", "noul", "score")
 HEAD_FILE = "head.safetensors"
 
 
-def fingerprint(question_type: str, names: Sequence[str]) -> str:
-    """Identity of a question for the head: its type and its ordered option names.
+def fingerprint(question_type: str, names: Sequence[str], context: str = "") -> str:
+    """Identity of a question for the head: its type, its option names and, for the types
+    whose option names do not say what is asked, ``context`` (:func:`question_context`).
 
-    Instructions and descriptions are left out on purpose, so the same label set asked
-    with different wording still uses the trained option vectors. The options of a
-    ``choice`` are a set (their order does not matter); score levels are ordered.
+    A ``choice``'s instructions and descriptions are left out on purpose, so the same
+    label set asked with different wording still uses the trained option vectors; its
+    options are a set (their order does not matter). Score levels are ordered.
     """
     ordered = sorted(names) if question_type == "choice" else list(names)
-    payload = json.dumps([question_type, ordered], ensure_ascii=False)
+    parts: list[Any] = [question_type, ordered]
+    if context:
+        parts.append(context)
+    payload = json.dumps(parts, ensure_ascii=False)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def question_context(question: Any) -> str:
+    """What tells a ``noul`` or ``score`` question apart beyond its type and option names:
+    its instructions and option descriptions (``""`` for a ``choice``).
+
+    Every yes/no question has the options ``true``/``false`` and every 3-level score the
+    levels ``"0"``..``"2"``, so without this a model trained on "Is it urgent?" would
+    answer "Is it spam?" with its urgency head, and two score questions trained together
+    would share one head. A reworded ``noul`` or ``score`` is therefore a new question,
+    answered zero-shot.
+    """
+    if str(getattr(question, "type", "")) not in ("noul", "score"):
+        return ""
+    described = [spec.description or "" for spec in question.option_specs()]
+    return json.dumps([question.instructions_text(), described], ensure_ascii=False)
 
 
 @dataclass
@@ -95,6 +115,7 @@ class OptionEvidenceHead(nn.Module):
         self.bank = nn.ParameterDict()
         self.bank_names: dict[str, list[str]] = {}
         self.bank_types: dict[str, str] = {}
+        self.bank_contexts: dict[str, str] = {}
         # Trained questions answered by a fitted linear head on the pooled vector instead
         # (``TrainConfig(head="prototype")``): fingerprint -> [n, H] weights and [n] biases.
         self.prototype_weight = nn.ParameterDict()
@@ -126,9 +147,16 @@ class OptionEvidenceHead(nn.Module):
 
     # -- option bank ---------------------------------------------------------------------
 
-    def add_question(self, question_type: str, names: Sequence[str], vectors: torch.Tensor) -> str:
-        """Register a trained question's option vectors (initialised from their text)."""
-        fp = fingerprint(question_type, names)
+    def add_question(
+        self,
+        question_type: str,
+        names: Sequence[str],
+        vectors: torch.Tensor,
+        context: str = "",
+    ) -> str:
+        """Register a trained question's option vectors (initialised from their text);
+        ``context``: :func:`question_context` of the question. Returns its fingerprint."""
+        fp = fingerprint(question_type, names, context)
         if fp not in self.bank:
             # Without the option bank the vectors stay the text embeddings (frozen).
             self.bank[fp] = nn.Parameter(
@@ -136,16 +164,23 @@ class OptionEvidenceHead(nn.Module):
             )
             self.bank_names[fp] = list(names)
             self.bank_types[fp] = question_type
+            if context:
+                self.bank_contexts[fp] = context
         return fp
 
-    def knows(self, question_type: str, names: Sequence[str]) -> bool:
-        return fingerprint(question_type, names) in self.bank
+    def knows(self, question_type: str, names: Sequence[str], context: str = "") -> bool:
+        return fingerprint(question_type, names, context) in self.bank
 
     def add_prototypes(
-        self, question_type: str, names: Sequence[str], weight: torch.Tensor, bias: torch.Tensor
+        self,
+        question_type: str,
+        names: Sequence[str],
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        context: str = "",
     ) -> None:
         """Answer a registered question with ``pooled @ weight.T + bias`` (a prototype head)."""
-        fp = fingerprint(question_type, names)
+        fp = fingerprint(question_type, names, context)
         if fp not in self.bank:
             raise KeyError(f"question {fp} is not registered; call add_question first")
         if weight.shape != (len(names), self.config.hidden_size) or bias.shape != (len(names),):
@@ -158,10 +193,10 @@ class OptionEvidenceHead(nn.Module):
         self.prototype_bias[fp] = nn.Parameter(bias.detach().float().clone(), False)
 
     def prototype_logits(
-        self, question_type: str, names: Sequence[str], pooled: torch.Tensor
+        self, question_type: str, names: Sequence[str], pooled: torch.Tensor, context: str = ""
     ) -> torch.Tensor | None:
         """Logits ``[B, n]`` of the question's prototype head, or ``None`` if it has none."""
-        fp = fingerprint(question_type, names)
+        fp = fingerprint(question_type, names, context)
         if fp not in self.prototype_weight:
             return None
         weight, bias = self.prototype_weight[fp], self.prototype_bias[fp]
@@ -178,9 +213,13 @@ class OptionEvidenceHead(nn.Module):
         return [stored.index(name) for name in names]  # same set (the fingerprint says so)
 
     def option_vectors(
-        self, question_type: str, names: Sequence[str], text_vectors: torch.Tensor | None
+        self,
+        question_type: str,
+        names: Sequence[str],
+        text_vectors: torch.Tensor | None,
+        context: str = "",
     ) -> torch.Tensor:
-        fp = fingerprint(question_type, names)
+        fp = fingerprint(question_type, names, context)
         if fp in self.bank:
             order = self._order(fp, names)
             return self.bank[fp] if order is None else self.bank[fp][order]
@@ -237,6 +276,7 @@ class OptionEvidenceHead(nn.Module):
                 fp: {
                     "type": self.bank_types[fp],
                     "names": self.bank_names[fp],
+                    **({"context": self.bank_contexts[fp]} if fp in self.bank_contexts else {}),
                     **({"prototype": True} if fp in self.prototype_weight else {}),
                 }
                 for fp in self.bank
@@ -263,6 +303,8 @@ class OptionEvidenceHead(nn.Module):
                 head.bank[fp] = nn.Parameter(vectors)
                 head.bank_names[fp] = list(info["names"])
                 head.bank_types[fp] = str(info["type"])
+                if info.get("context"):
+                    head.bank_contexts[fp] = str(info["context"])
                 if info.get("prototype"):
                     head.prototype_weight[fp] = nn.Parameter(state[f"prototype_weight.{fp}"], False)
                     head.prototype_bias[fp] = nn.Parameter(state[f"prototype_bias.{fp}"], False)

@@ -29,9 +29,15 @@ import torch
 
 from engine.calibration.temperature import Calibrator
 from engine.heads.memory import ExampleMemory
-from engine.heads.option_evidence import OptionEvidenceHead, fingerprint, pad_tokens
+from engine.heads.option_evidence import (
+    OptionEvidenceHead,
+    fingerprint,
+    pad_tokens,
+    question_context,
+)
 from engine.heads.zero_shot import ZeroShotHead, prepare
 from engine.schema.questions import _Question
+from engine.schema.render import canonical_json
 
 if TYPE_CHECKING:
     from engine.runtime.engine import DecisionEngine, Scored
@@ -112,7 +118,8 @@ class TrainedHead:
             return False
         if self.scope == "all":
             return True
-        return self.module.knows(qtype, [s.name for s in question.option_specs()])
+        names = [s.name for s in question.option_specs()]
+        return self.module.knows(qtype, names, question_context(question))
 
     def logits(self, prepared: Any, similarity: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
         """Zero-shot logits (used only when a caller bypasses :meth:`score_requests`)."""
@@ -148,23 +155,29 @@ class TrainedHead:
             pooled = encoded.pooled.float()
             # One head pass per distinct question, over every request that asks it.
             groups: dict[str, list[tuple[int, int, str]]] = {}
+            keys: dict[int, str] = {}  # a batch usually shares its question objects
             for j, i in enumerate(rows):
                 windows[i], tokens[i] = encoded.windows[j], encoded.tokens[j]
                 for qid in trained[i]:
                     q = requests[i].questions[qid]
-                    key = f"{q.type}:{[s.name for s in q.option_specs()]}"  # type: ignore[attr-defined]
-                    groups.setdefault(key, []).append((j, i, qid))
+                    # By content: the same question asked by several requests is one pass;
+                    # questions that differ in anything (wording, option order) are not
+                    # merged, so each is answered in its own option order and context.
+                    if id(q) not in keys:
+                        keys[id(q)] = canonical_json(q.model_dump(mode="json"))
+                    groups.setdefault(keys[id(q)], []).append((j, i, qid))
             for members in groups.values():
                 _, i0, qid0 = members[0]
                 question = requests[i0].questions[qid0]
                 prep = prepare(question)
                 prep.tokens = sum(engine.backbone.count_tokens(prep.texts))
+                context = question_context(question)
                 vectors = None
-                if not self.module.knows(prep.type, prep.names):
+                if not self.module.knows(prep.type, prep.names, context):
                     vectors = engine._embed(prep.texts)
                 idx = torch.tensor([j for j, _, _ in members])
                 probs = self.probabilities(
-                    states[idx], mask[idx], pooled[idx], prep.type, prep.names, vectors
+                    states[idx], mask[idx], pooled[idx], prep.type, prep.names, vectors, context
                 )
                 for k, (_, i, qid) in enumerate(members):
                     probabilities[i][qid] = probs[k]
@@ -207,18 +220,21 @@ class TrainedHead:
         question_type: str,
         names: list[str],
         vectors: torch.Tensor | None = None,
+        context: str = "",
     ) -> torch.Tensor:
-        """Calibrated probabilities ``[B, n]`` (float64) for one question."""
+        """Calibrated probabilities ``[B, n]`` (float64) for one question; ``context``: its
+        :func:`~engine.heads.option_evidence.question_context`."""
         device = next(self.module.parameters()).device
-        raw = self.module.prototype_logits(question_type, names, pooled.to(device))
+        raw = self.module.prototype_logits(question_type, names, pooled.to(device), context)
         if raw is None:
-            options = self.module.option_vectors(question_type, names, vectors).to(device)
+            options = self.module.option_vectors(question_type, names, vectors, context)
+            options = options.to(device)
             raw = self.module(
                 states.to(device), mask.to(device), pooled.to(device), options, question_type
             )
         logits = self.calibrator.scale(raw.double(), question_type, len(names))
         probs = self.calibrator.adjust(torch.softmax(logits, dim=-1), question_type, len(names))
-        memory = self.memory.get(question_type, names) if self.memory else None
+        memory = self.memory.get(question_type, names, context) if self.memory else None
         if memory is not None:
             probs = memory.mix(probs, pooled.to(device), names)
         return probs

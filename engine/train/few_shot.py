@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from engine.heads.memory import ExampleMemory, fit_question_memory_cross
+from engine.heads.option_evidence import question_context
 from engine.heads.prototype import PrototypeClassifier
 from engine.heads.zero_shot import option_texts
 from engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
@@ -183,6 +184,7 @@ class FewShotStages(ModelForward):
         for qids in groups.values():
             qtype = str(train.questions[qids[0]].type)  # type: ignore[attr-defined]
             names = train.names(qids[0])
+            context = question_context(train.questions[qids[0]])
             pairs: dict[tuple[str, int], None] = {}  # (text, label), each pair once
             for qid in qids:  # labels in the order of the first question's options
                 relabel = [names.index(name) for name in train.names(qid)]
@@ -213,6 +215,7 @@ class FewShotStages(ModelForward):
                 names,
                 (fitted.weight / fitted.temperature).to(self.device),
                 (fitted.bias / fitted.temperature).to(self.device),
+                context,
             )
             if self.memory is None:
                 continue
@@ -235,7 +238,7 @@ class FewShotStages(ModelForward):
                     torch.softmax(fitted.out_of_fold[keep].double(), dim=-1),
                 )
                 if kept[0] is not None:
-                    self.memory.add(qtype, kept[0])
+                    self.memory.add(qtype, kept[0], context)
                 report = kept[1]
             report["seconds"] = round(time.perf_counter() - started, 1)
             reports.update(dict.fromkeys(qids, report))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from engine.calibration.metrics import expected_calibration_error
-from engine.heads.option_evidence import OptionEvidenceHead, pad_tokens
+from engine.heads.option_evidence import OptionEvidenceHead, pad_tokens, question_context
 from engine.train.data import TrainingSet
 
 if TYPE_CHECKING:
@@ -132,9 +132,10 @@ class ModelForward:
                 continue
             idx = torch.tensor(rows, device=self.device)
             qtype = str(question.type)  # type: ignore[attr-defined]
-            logits = head.prototype_logits(qtype, data.names(qid), pooled[idx])
+            context = question_context(question)
+            logits = head.prototype_logits(qtype, data.names(qid), pooled[idx], context)
             if logits is None:
-                options = head.option_vectors(qtype, data.names(qid), None)
+                options = head.option_vectors(qtype, data.names(qid), None, context)
                 logits = head(tokens[idx], mask[idx], pooled[idx], options, qtype)
             target = torch.tensor(
                 [data.examples[batch[r]].labels[qid] for r in rows], device=self.device

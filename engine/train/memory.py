@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.heads.memory import ExampleMemory, fit_question_memory
+from engine.heads.option_evidence import question_context
 from engine.train.data import TrainingSet
 from engine.train.forward import ModelForward
 
@@ -58,6 +59,7 @@ class MemoryStage(ModelForward):
             started = time.perf_counter()
             qtype = str(train.questions[qids[0]].type)  # type: ignore[attr-defined]
             names = train.names(qids[0])
+            context = question_context(train.questions[qids[0]])
             states: list[tuple[str, int]] = []
             held: list[str] = []
             held_probs: list[torch.Tensor] = []
@@ -99,7 +101,7 @@ class MemoryStage(ModelForward):
             report["seconds"] = round(time.perf_counter() - started, 1)
             reports.update(dict.fromkeys(qids, report))
             if fitted is not None:
-                self.memory.add(qtype, fitted)
+                self.memory.add(qtype, fitted, context)
         if not self.memory:
             self.memory = None
         return reports

@@ -60,6 +60,7 @@ from engine.heads.option_evidence import (
     HeadConfig,
     OptionEvidenceHead,
     fingerprint,
+    question_context,
 )
 from engine.heads.zero_shot import option_texts
 from engine.runtime.adapter import ADAPTER_DIR
@@ -172,7 +173,12 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
                 vectors = self._centroids(train or data, qid)  # encodes the option texts too
             else:
                 vectors = self.backbone.encode(option_texts(question)).pooled.float().cpu()
-            self.fps[qid] = self.head.add_question(str(question.type), names, vectors)  # type: ignore[attr-defined]
+            self.fps[qid] = self.head.add_question(
+                str(question.type),  # type: ignore[attr-defined]
+                names,
+                vectors,
+                question_context(question),
+            )
         self.head.to(self.device)
         if cfg.lora_rank > 0:
             peft = require("peft", package="peft", extra="train", feature="LoRA fine-tuning")
@@ -481,7 +487,9 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
                     q: {
                         "type": str(getattr(v, "type", "")),
                         "options": len(data.names(q)),
-                        "fingerprint": fingerprint(str(getattr(v, "type", "")), data.names(q)),
+                        "fingerprint": fingerprint(
+                            str(getattr(v, "type", "")), data.names(q), question_context(v)
+                        ),
                     }
                     for q, v in data.questions.items()
                 },

@@ -153,6 +153,42 @@ def test_untrained_questions_are_answered_zero_shot(trained, backbone_dir) -> No
     assert fresh.head._base is None
 
 
+def test_yes_no_and_score_questions_are_told_apart_by_their_wording(trained, backbone_dir) -> None:
+    """Every yes/no question has the options true/false and every 3-level score the levels
+    "0".."2": a model trained on "needs a human?" and "urgency" does not answer another
+    yes/no or score question with those heads; those are answered zero-shot."""
+    _, _, out = trained
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    plain = DecisionEngine(path=backbone_dir, device="cpu")
+    spam = Noul(instructions="is it spam?")
+    anger = Score(instructions="how angry?", criteria=["low", "medium", "high"])
+    head = engine.head
+    assert isinstance(head, TrainedHead)
+    assert head.knows(QUESTIONS["human"]) and head.knows(QUESTIONS["urgency"])
+    assert not head.knows(spam) and not head.knows(anger)
+    state = "login bug error page"
+    mixed = engine.decide(state, {"spam": spam, "anger": anger, "human": QUESTIONS["human"]})
+    alone = plain.decide(state, {"spam": spam, "anger": anger})
+    assert mixed.answers["spam"].noul == pytest.approx(alone.answers["spam"].noul)
+    assert mixed.answers["anger"].probabilities == pytest.approx(
+        alone.answers["anger"].probabilities
+    )
+    trained_only = engine.decide(state, {"human": QUESTIONS["human"]}).answers["human"]
+    assert mixed.answers["human"].noul == pytest.approx(trained_only.noul)
+    assert mixed.answers["human"].noul != pytest.approx(mixed.answers["spam"].noul)
+    # Trained together, two yes/no questions get a head each.
+    data = dataset(n=12)
+    both = TrainingSet(
+        {**data.questions, "spam": spam},
+        [Example(ex.state, {**ex.labels, "spam": 1 - ex.labels["human"]}) for ex in data.examples],
+        "two yes/no questions",
+    )
+    trainer = Trainer(config(), backbone=str(backbone_dir))
+    trainer.build(both)
+    assert trainer.fps["spam"] != trainer.fps["human"]
+    assert len(trainer.head.bank) == 4
+
+
 def test_save_pretrained_round_trip_and_version(trained, tmp_path) -> None:
     _, _, out = trained
     engine = DecisionEngine.from_pretrained(out, device="cpu")
@@ -314,13 +350,14 @@ def test_memory_off(backbone_dir, tmp_path) -> None:
         TrainConfig(memory_max_states=0).check()
 
 
-def two_score_questions(bags: TrainingSet) -> TrainingSet:
-    """The word bags as two 3-level score questions with one fingerprint (type + levels
-    "0".."2"), each asked of every other state."""
+def two_choice_questions(bags: TrainingSet) -> TrainingSet:
+    """The word bags as two choice questions over one option set (one fingerprint: a
+    choice is known by its options, whatever its wording), each asked of every other
+    state."""
     levels = ["low", "medium", "high"]
     questions = {
-        "urgency": Score(instructions="urgency", criteria=levels),
-        "severity": Score(instructions="severity", criteria=levels),
+        "urgency": Choice(instructions="urgency", criteria=levels),
+        "severity": Choice(instructions="how severe?", criteria=levels),
     }
     examples = [
         Example(ex.state, {"urgency" if i % 2 else "severity": ex.labels["route"]})
@@ -330,10 +367,10 @@ def two_score_questions(bags: TrainingSet) -> TrainingSet:
 
 
 def test_questions_with_one_fingerprint_share_one_memory(backbone_dir, tmp_path) -> None:
-    """Two 3-level score questions have the same fingerprint (type + levels "0".."2"), so
-    the head gives them one option bank; their memory is one too, fitted on both."""
+    """Two choice questions over one option set have the same fingerprint, so the head
+    gives them one option bank; their memory is one too, fitted on both."""
     trainer = Trainer(config(epochs=1), backbone=str(backbone_dir))
-    result = trainer.fit(two_score_questions(memorised()), tmp_path)
+    result = trainer.fit(two_choice_questions(memorised()), tmp_path)
     assert trainer.fps["urgency"] == trainer.fps["severity"]
     assert result.memory["urgency"] == result.memory["severity"]
     assert result.memory["urgency"]["states"] == 180  # both questions' training states
@@ -642,18 +679,18 @@ def test_prototype_head_without_validation_cross_fits_its_memory(backbone_dir, t
 
 
 def test_prototype_questions_with_one_fingerprint_share_one_head(backbone_dir, tmp_path) -> None:
-    """Two score questions with the same levels: one prototype head, fitted on the examples
+    """Two choice questions over one option set: one prototype head, fitted on the examples
     of both (it used to be the second question's alone), and one memory."""
-    data = two_score_questions(memorised(n=120))
+    data = two_choice_questions(memorised(n=120))
     cfg = config(head="prototype", contrastive_steps=0, lora_rank=0, val_fraction=0.0)
     trainer = Trainer(cfg, backbone=str(backbone_dir))
     result = trainer.fit(data, tmp_path)
     assert trainer.fps["urgency"] == trainer.fps["severity"]
     assert result.memory["urgency"] == result.memory["severity"]
-    # 120 states + the 3 level texts, which both questions share and which count once.
+    # 120 states + the 3 option texts, which both questions share and which count once.
     assert result.memory["urgency"]["states"] == 123
     pairs: dict[tuple[str, int], None] = {}
-    for qid in ("urgency", "severity"):  # each question's states, then its level texts
+    for qid in ("urgency", "severity"):  # each question's states, then its option texts
         q_texts, members = trainer._members(data, qid)
         labels = [next(c for c, m in enumerate(members) if i in m) for i in range(len(q_texts))]
         pairs.update(dict.fromkeys(zip(q_texts, labels, strict=True)))
@@ -662,7 +699,7 @@ def test_prototype_questions_with_one_fingerprint_share_one_head(backbone_dir, t
     names = data.names("urgency")
     with torch.no_grad():
         pooled = trainer._encode(texts)
-        stored = trainer.head.prototype_logits("score", names, pooled)
+        stored = trainer.head.prototype_logits("choice", names, pooled)
     both = PrototypeClassifier.fit(pooled, y, 3, seed=0)
     torch.testing.assert_close(stored, both.logits(pooled), atol=1e-4, rtol=0)
     alone = PrototypeClassifier.fit(pooled[63:], y[63:], 3, seed=0)  # severity's states

@@ -199,3 +199,29 @@ def test_eval_missing_column_names_columns(capsys, tmp_path):
 def test_no_command_prints_help_and_exits_2(capsys):
     code, _, err = _run(capsys)
     assert code == 2 and "decide" in err
+
+
+def test_calibrate_rebuilds_trained_yes_no_and_score_questions_by_their_wording() -> None:
+    """text,label data names no question: ``calibrate`` rebuilds the trained ones from the
+    head, and a noul or score question is only known by its wording (question_context)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from clef_agents.cli.calibrate import _trained_questions
+    from engine import Noul, Score
+    from engine.heads.option_evidence import HeadConfig, OptionEvidenceHead, question_context
+
+    trained = {
+        "human": Noul(instructions="needs a human?"),
+        "side": Noul(criteria={"true": "urgent", "false": "can wait"}),
+        "urgency": Score(instructions="urgency", criteria=["low", "medium", "high"]),
+    }
+    head = OptionEvidenceHead(HeadConfig(hidden_size=8, dim=8, heads=2))
+    for q in trained.values():
+        names = [s.name for s in q.option_specs()]
+        head.add_question(str(q.type), names, torch.randn(len(names), 8), question_context(q))
+    rebuilt = _trained_questions(SimpleNamespace(head=SimpleNamespace(module=head)), None)
+    assert rebuilt is not None and len(rebuilt) == 3
+    for q in rebuilt.values():
+        assert head.knows(str(q.type), [s.name for s in q.option_specs()], question_context(q))

@@ -260,11 +260,11 @@ def test_refit_memory_pools_the_rows_of_one_fingerprint_in_any_option_order() ->
     for i in range(90):
         p = probs[i].tolist()
         if i < 45:
-            rows.append(("choice", NAMES, states[i], p, p, int(held_y[i])))
+            rows.append(("choice", "", NAMES, states[i], p, p, int(held_y[i])))
         else:
             q = [p[2], p[0], p[1]]
-            rows.append(("choice", asked, states[i], q, q, asked.index(NAMES[held_y[i]])))
-    rows.append(("score", ["0", "1"], "not in the memory", [0.5, 0.5], [0.5, 0.5], 0))
+            rows.append(("choice", "", asked, states[i], q, q, asked.index(NAMES[held_y[i]])))
+    rows.append(("score", "", ["0", "1"], "not in the memory", [0.5, 0.5], [0.5, 0.5], 0))
     memory = ExampleMemory()
     memory.add("choice", fitted)
     seen: list[list[str]] = []
@@ -290,7 +290,7 @@ def test_refit_memory_removes_a_memory_that_stopped_helping() -> None:
     wrong = (held_y + 1) % 3  # every neighbour now votes for the wrong label
     confident = calibrated_head(wrong, seed=5, top=0.9)
     rows = [
-        ("choice", NAMES, str(i), confident[i].tolist(), probs[i].tolist(), int(wrong[i]))
+        ("choice", "", NAMES, str(i), confident[i].tolist(), probs[i].tolist(), int(wrong[i]))
         for i in range(90)
     ]
     reports = refit_memory(memory, rows, lambda texts: held_x[[int(t) for t in texts]])

@@ -11,6 +11,7 @@ from engine.heads.option_evidence import (
     OptionEvidenceHead,
     fingerprint,
     pad_tokens,
+    question_context,
 )
 
 
@@ -86,6 +87,41 @@ def test_option_bank_is_order_free_for_choice() -> None:
     assert fingerprint("score", ["0", "1"]) != fingerprint("score", ["1", "0"])
     with pytest.raises(KeyError):
         head.option_vectors("choice", ["x", "y"], None)
+
+
+def test_yes_no_and_score_questions_are_known_by_their_wording(tmp_path) -> None:
+    from engine import Choice, Noul, Score
+
+    urgent, spam = Noul(instructions="Is it urgent?"), Noul(instructions="Is it spam?")
+    levels = ["low", "medium", "high"]
+    urgency, severity = (
+        Score(instructions="urgency", criteria=levels),
+        Score(instructions="severity", criteria=levels),
+    )
+    # Every yes/no question has the options true/false, every 3-level score "0".."2":
+    # their wording is what tells them apart.
+    assert question_context(urgent) != question_context(spam)
+    assert question_context(urgency) != question_context(severity)
+    assert question_context(Noul(instructions="Is it urgent?")) == question_context(urgent)
+    assert question_context(Score(instructions="urgency", criteria=["low", "mid", "high"])) != (
+        question_context(urgency)
+    )
+    described = Noul(criteria={"true": "urgent", "false": "can wait"})
+    assert question_context(described) != question_context(Noul(criteria={"true": "urgent"}))
+    # A choice is known by its option set, whatever its wording (and it keeps the
+    # fingerprint it had before contexts existed).
+    assert question_context(Choice(instructions="Which team?", criteria=["a", "b"])) == ""
+    assert fingerprint("choice", ["a", "b"], "") == fingerprint("choice", ["b", "a"])
+    head = trained_like()
+    names = ["true", "false"]
+    fp = head.add_question("noul", names, torch.randn(2, 16), question_context(urgent))
+    assert head.knows("noul", names, question_context(urgent))
+    assert not head.knows("noul", names, question_context(spam))
+    assert not head.knows("noul", names)
+    head.save(tmp_path)
+    again = OptionEvidenceHead.load(tmp_path, head.describe())
+    assert again.bank_contexts == {fp: question_context(urgent)}
+    assert again.knows("noul", names, question_context(urgent))
 
 
 def test_save_load_round_trip(tmp_path) -> None:
