@@ -79,7 +79,7 @@ def _trained_questions(engine: Any, instructions: str | None) -> dict[str, Any] 
         if qtype == "choice":
             out[qid] = Choice(instructions=text, criteria=names)
         elif qtype == "score":
-            levels = [d or n for d, n in zip(described, names, strict=False)] or names
+            levels = [d or None for d in described] if context else list(names)
             out[qid] = Score(instructions=asked or text, criteria=levels)
         else:
             sides = {k: d for k, d in zip(("true", "false"), described, strict=False) if d}

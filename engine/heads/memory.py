@@ -420,8 +420,8 @@ def refit_memory(
     now, probabilities before, label)``, the context being
     :func:`~engine.heads.option_evidence.question_context` and the probabilities the
     head's under the new and the old calibration; rows of questions with the same
-    fingerprint are pooled, as their memory is one. ``encode`` turns states into pooled vectors. A
-    memory that no longer lowers the held-out NLL is removed (see
+    fingerprint are pooled, as their memory is one. ``encode`` turns states into pooled
+    vectors. A memory that no longer lowers the held-out NLL is removed (see
     :func:`refit_question_memory` for small held-out sets). Returns the report per
     fingerprint.
     """

@@ -216,12 +216,13 @@ def test_calibrate_rebuilds_trained_yes_no_and_score_questions_by_their_wording(
         "human": Noul(instructions="needs a human?"),
         "side": Noul(criteria={"true": "urgent", "false": "can wait"}),
         "urgency": Score(instructions="urgency", criteria=["low", "medium", "high"]),
+        "partly": Score(instructions="how bad?", criteria=[None, "bad", "worse"]),
     }
     head = OptionEvidenceHead(HeadConfig(hidden_size=8, dim=8, heads=2))
     for q in trained.values():
         names = [s.name for s in q.option_specs()]
         head.add_question(str(q.type), names, torch.randn(len(names), 8), question_context(q))
     rebuilt = _trained_questions(SimpleNamespace(head=SimpleNamespace(module=head)), None)
-    assert rebuilt is not None and len(rebuilt) == 3
+    assert rebuilt is not None and len(rebuilt) == 4
     for q in rebuilt.values():
         assert head.knows(str(q.type), [s.name for s in q.option_specs()], question_context(q))
