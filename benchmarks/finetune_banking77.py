@@ -279,6 +279,13 @@ def main() -> None:
         help="full-set runs: keep a moving average of the weights (own section full_emaD)",
     )
     parser.add_argument(
+        "--contrastive-weight",
+        type=float,
+        default=0.0,
+        help="full-set runs: a supervised contrastive term on each batch's pooled vectors "
+        "with this weight (own section full_supconW)",
+    )
+    parser.add_argument(
         "--rdrop-weight",
         type=float,
         default=0.0,
@@ -499,6 +506,7 @@ def main() -> None:
         "contrastive_steps": "contrastive",
         "epochs": "epochs",
         "rdrop_weight": "rdrop",
+        "contrastive_weight": "supcon",
         "ema_decay": "ema",
         "lora_rank": "r",
         "use_dora": "dora",

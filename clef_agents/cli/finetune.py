@@ -83,6 +83,14 @@ def register(sub: Any) -> None:
     p.add_argument("--contrastive-temperature", type=float, default=None)
     p.add_argument("--contrastive-lr", type=float, default=None, help="default: --lr")
     p.add_argument(
+        "--contrastive-weight",
+        type=float,
+        default=None,
+        metavar="W",
+        help="during the head epochs, + W x a supervised contrastive loss on each batch's "
+        "pooled vectors (default 0: off)",
+    )
+    p.add_argument(
         "--unlabeled",
         metavar="FILE",
         default=None,
@@ -213,6 +221,7 @@ _FIELDS = (
     "contrastive_per_label",
     "contrastive_temperature",
     "contrastive_lr",
+    "contrastive_weight",
     "pseudo_per_label",
     "rdrop_weight",
     "ema_decay",

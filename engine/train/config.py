@@ -67,6 +67,12 @@ class TrainConfig:
     contrastive_per_label: int = 2
     """States of each label in one contrastive step (the option text counts as one)."""
     contrastive_temperature: float = 0.05
+    """Temperature of the supervised contrastive loss (the stage and ``contrastive_weight``)."""
+    contrastive_weight: float = 0.0
+    """During the option-evidence epochs, add this weight times a supervised contrastive
+    loss (Gunel et al., 2021) on each batch's pooled vectors: states of one label pull
+    together, the rest of the batch is pushed away. The example memory votes with those
+    vectors. No extra forward pass. Needs ``lora_rank > 0``. 0: off."""
     contrastive_lr: float | None = None
     """Default: ``lr``."""
     pseudo_per_label: int | None = None
@@ -145,9 +151,18 @@ class TrainConfig:
                 "the RL stage trains the option-evidence head; head='prototype' "
                 "has none (set rl_epochs=0)"
             )
-        if self.head == "prototype" and (self.rdrop_weight > 0 or self.ema_decay > 0):
+        if self.contrastive_weight < 0:
             raise ValueError(
-                "rdrop_weight and ema_decay act on the option-evidence epochs; "
+                f"contrastive_weight must be non-negative; got {self.contrastive_weight}"
+            )
+        if self.contrastive_weight > 0 and self.lora_rank == 0:
+            raise ValueError("contrastive_weight trains the LoRA adapters; it needs lora_rank > 0")
+        if self.head == "prototype" and (
+            self.rdrop_weight > 0 or self.ema_decay > 0 or self.contrastive_weight > 0
+        ):
+            raise ValueError(
+                "rdrop_weight, ema_decay and contrastive_weight act on the option-evidence "
+                "epochs; "
                 "head='prototype' runs none (set them to 0)"
             )
         if self.refit and self.val_fraction == 0:

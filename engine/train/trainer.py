@@ -67,6 +67,7 @@ from engine.runtime.adapter import ADAPTER_DIR
 from engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
 from engine.train.checkpoint import CheckpointState
 from engine.train.config import HEADS, MAX_RANK, TrainConfig, TrainResult
+from engine.train.contrastive import supervised_contrastive_loss
 from engine.train.data import TrainingDataError, TrainingSet, split
 from engine.train.few_shot import CONTRASTIVE_CHUNK, FewShotStages
 from engine.train.forward import _ece_after
@@ -403,6 +404,10 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
                         half = len(target) // 2
                         part = part + cfg.rdrop_weight * symmetric_kl(logits[:half], logits[half:])
                     loss = loss + part * (len(target) / len(batch))
+                if cfg.contrastive_weight > 0:
+                    loss = loss + cfg.contrastive_weight * self._batch_contrast(
+                        train, batch, pooled
+                    )
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
@@ -443,6 +448,26 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             self._save_checkpoint(checkpoint, epoch + 1, history, best, optimizer, scheduler)
 
         return history, best
+
+    def _batch_contrast(
+        self, data: TrainingSet, batch: list[int], pooled: torch.Tensor
+    ) -> torch.Tensor:
+        """The ``contrastive_weight`` term: per question asked in the batch, the supervised
+        contrastive loss of its states' pooled vectors under their labels, weighted by the
+        question's share of the batch (as the decision loss is)."""
+        total = pooled.sum() * 0.0
+        for qid in data.questions:
+            rows = [r for r, i in enumerate(batch) if qid in data.examples[i].labels]
+            if len(rows) < 2:
+                continue
+            labels = torch.tensor(
+                [data.examples[batch[r]].labels[qid] for r in rows], device=pooled.device
+            )
+            term = supervised_contrastive_loss(
+                pooled[rows], labels, self.config.contrastive_temperature
+            )
+            total = total + term * (len(rows) / len(batch))
+        return total
 
     # -- output ----------------------------------------------------------------------
 

@@ -182,6 +182,12 @@ def test_finetune_few_shot_recipe_flags(tiny_dir, tmp_path, capsys) -> None:
             "ema_decay must be in [0, 1); got 1.5",
         ),
         (
+            ["--contrastive-weight", "0.5", "--contrastive-temperature", "0.1"],
+            {"contrastive_weight": 0.5, "contrastive_temperature": 0.1, "refit": False},
+            ["--contrastive-weight", "-1"],
+            "contrastive_weight must be non-negative; got -1",
+        ),
+        (
             ["--refit", "--lora-plus-ratio", "4", "--dora"],
             {"refit": True, "lora_plus_ratio": 4.0, "use_dora": True},
             ["--refit", "--val-fraction", "0"],

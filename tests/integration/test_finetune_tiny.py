@@ -896,6 +896,47 @@ def test_rdrop_runs_each_state_twice_and_adds_the_kl_term(backbone_dir, tmp_path
         TrainConfig(head="prototype", contrastive_steps=5, ema_decay=0.9).check()
 
 
+def test_contrastive_weight_adds_a_term_per_question_on_the_batch_pooled_vectors(
+    backbone_dir, tmp_path, monkeypatch
+):
+    import engine.train.trainer as trainer_module
+
+    calls: list[tuple[torch.Tensor, list[int], float, float]] = []
+    loss = trainer_module.supervised_contrastive_loss
+
+    def seen(z, labels, temperature):
+        value = loss(z, labels, temperature)
+        calls.append((z, labels.tolist(), temperature, float(value.detach())))
+        return value
+
+    monkeypatch.setattr(trainer_module, "supervised_contrastive_loss", seen)
+    data = dataset(n=16)
+    off = Trainer(config(epochs=1, val_fraction=0.0), backbone=str(backbone_dir))
+    off.fit(data, tmp_path / "off")
+    assert calls == []  # weight 0: no term, no extra work
+
+    cfg = config(epochs=1, val_fraction=0.0, contrastive_weight=0.5, contrastive_temperature=0.2)
+    on = Trainer(cfg, backbone=str(backbone_dir))
+    on.fit(data, tmp_path / "on")
+    # 2 steps of 8 states, every question asked of every state: one term per question and
+    # step, on the 8 normalised pooled vectors the step computed, with the graph to the
+    # adapters kept (the term trains them).
+    assert len(calls) == 2 * len(QUESTIONS)
+    for z, _, temperature, value in calls:
+        assert z.shape == (8, on.backbone.hidden_size) and z.requires_grad
+        assert torch.allclose(z.detach().norm(dim=-1), torch.ones(8), atol=1e-5)
+        assert temperature == 0.2 and value > 0
+    routes = sorted(label for z, labels, _, _ in calls[:: len(QUESTIONS)] for label in labels)
+    assert routes == sorted(ex.labels["route"] for ex in data.examples)
+
+    with pytest.raises(ValueError, match="contrastive_weight must be non-negative; got -1"):
+        TrainConfig(contrastive_weight=-1).check()
+    with pytest.raises(ValueError, match="it needs lora_rank > 0"):
+        TrainConfig(contrastive_weight=0.5, lora_rank=0).check()
+    with pytest.raises(ValueError, match="head='prototype' runs none"):
+        TrainConfig(head="prototype", contrastive_weight=0.5).check()
+
+
 def test_attaching_lora_raises_no_peft_deprecation_warning(backbone_dir) -> None:
     import warnings
 
