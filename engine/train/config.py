@@ -72,7 +72,9 @@ class TrainConfig:
     """During the option-evidence epochs, add this weight times a supervised contrastive
     loss (Gunel et al., 2021) on each batch's pooled vectors: states of one label pull
     together, the rest of the batch is pushed away. The example memory votes with those
-    vectors. No extra forward pass. Needs ``lora_rank > 0``. 0: off."""
+    vectors. No extra forward pass. Needs ``lora_rank > 0``. On BANKING77 (0.5, 5 seeds)
+    it lowered test ECE (0.0083) but not macro-F1 (94.00 against 94.07;
+    ``docs/finetune.md``). 0: off."""
     contrastive_lr: float | None = None
     """Default: ``lr``."""
     pseudo_per_label: int | None = None
