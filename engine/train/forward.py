@@ -127,7 +127,7 @@ class ModelForward:
         head = head or self.head
         out = []
         for qid, question in data.questions.items():
-            rows = [r for r, i in enumerate(batch) if qid in data.examples[i].labels]
+            rows, target = self._asked(data, batch, qid)
             if not rows:
                 continue
             idx = torch.tensor(rows, device=self.device)
@@ -137,11 +137,16 @@ class ModelForward:
             if logits is None:
                 options = head.option_vectors(qtype, data.names(qid), None, context)
                 logits = head(tokens[idx], mask[idx], pooled[idx], options, qtype)
-            target = torch.tensor(
-                [data.examples[batch[r]].labels[qid] for r in rows], device=self.device
-            )
             out.append((qid, logits, target))
         return out
+
+    def _asked(
+        self, data: TrainingSet, batch: list[int], qid: str
+    ) -> tuple[list[int], torch.Tensor]:
+        """The rows of ``batch`` whose state is asked ``qid``, and their labels."""
+        rows = [r for r, i in enumerate(batch) if qid in data.examples[i].labels]
+        labels = [data.examples[batch[r]].labels[qid] for r in rows]
+        return rows, torch.tensor(labels, dtype=torch.long, device=self.device)
 
     def _lengths(self, data: TrainingSet) -> list[int]:
         """Token count of each state, as :meth:`_forward` truncates it."""

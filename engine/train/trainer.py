@@ -457,12 +457,9 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         question's share of the batch (as the decision loss is)."""
         total = pooled.sum() * 0.0
         for qid in data.questions:
-            rows = [r for r, i in enumerate(batch) if qid in data.examples[i].labels]
+            rows, labels = self._asked(data, batch, qid)
             if len(rows) < 2:
                 continue
-            labels = torch.tensor(
-                [data.examples[batch[r]].labels[qid] for r in rows], device=pooled.device
-            )
             term = supervised_contrastive_loss(
                 pooled[rows], labels, self.config.contrastive_temperature
             )
