@@ -8,6 +8,8 @@ lists them with the other attempts. Results go to
     python benchmarks/finetune_probes.py full-finetune --seed 0   # then --seed 1, 2
     python benchmarks/finetune_probes.py prior-soup
     python benchmarks/finetune_probes.py knn --seed 0   # then --seed 1, 2
+    python benchmarks/finetune_probes.py soup-memory --seed 0 --order-seed 1 --keep out/s0
+    python benchmarks/finetune_probes.py ensemble out/s0/member_order0 out/s1/member_order1
     python benchmarks/finetune_probes.py memory-variants --seed 0   # then --seed 1 to 4
 
 ``full-finetune``: every linear weight of the encoder layers trains at ``--lr`` (default
@@ -26,6 +28,24 @@ benchmark's own.
     with batch order and dropout from seed 1; the two models' merged backbone weights and
     head weights are averaged (a uniform model soup, Wortsman et al. 2022), the
     temperature is fitted again on the validation split.
+
+``soup-memory`` (``--seed N --order-seed M``): ``prior-soup``'s soup again, now with the
+trainer's example memory (the default since that probe), on any seed. Two members from
+one start (initialisation and validation split of seed N): the first is the default
+recipe of seed N, the second takes its batch order and dropout from seed M. Each member,
+then their uniform soup, gets the trainer's own tail: temperature and memory fitted on
+the validation split, the model dir written and scored on the test set through
+``from_pretrained`` (fp32). The soup averages the heads' weights and the adapters'
+updates exactly: the members' LoRA matrices are stacked into one adapter of twice the
+rank (``A = [A1; A2]``, ``B = [B1, B2] / 2``, the scaling kept), so the saved model dir
+is an ordinary one. ``--keep DIR`` keeps the three model dirs (``member_order{N}``,
+``member_order{M}``, ``soup``).
+
+``ensemble DIR DIR ...``: the engine's answers (calibration and example memory on) of
+each model dir on the test set, and, for every pair of them trained from different
+starts (the ``seed`` in their ``training.json``), the mean of the pair's probabilities:
+an ensemble of two independent runs, at twice the training and inference cost. Pairs
+from one start are left out (that is ``soup-memory``'s comparison).
 
 ``knn`` (``--seed N``): trains the default recipe once, then mixes its temperature-scaled
 probabilities with a k-nearest-neighbour vote over the fine-tuned backbone's pooled
@@ -56,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import sys
 import tempfile
@@ -264,6 +285,114 @@ def prior_soup() -> None:
         save("full_soup_2", soup)
 
 
+def soup_memory(seed: int, order_seed: int, keep: Path | None = None) -> None:
+    train, test = load()
+    cfg = fb.TrainConfig(progress=False, seed=seed, **({"epochs": 1} if QUICK else {}))
+    fitted, val = split(train, cfg.val_fraction, seed=seed)  # as the trainer does
+    result: dict[str, Any] = {"seed": seed, "order_seed": order_seed}
+
+    def finish(trainer: Any, directory: Path) -> dict[str, Any]:
+        """The tail of ``Trainer.fit``: temperature and memory on the validation split."""
+        started = time.perf_counter()
+        metrics, logits, labels, types = trainer.evaluate(val)
+        calibration = trainer_module.fit_calibrator(logits, labels, types, source="validation")
+        memory = trainer.fit_memory(fitted, val, calibration)
+        trainer._write(directory, train, calibration, [], 0, dict(metrics), 0.0, memory)
+        out = {
+            "validation": {k: round(v, 4) for k, v in metrics.items()},
+            "memory": memory,
+            "test": fb.evaluate(directory, test),
+            "finish_seconds": round(time.perf_counter() - started, 1),
+        }
+        print(json.dumps({"validation": out["validation"], "test": out["test"]}), flush=True)
+        return out
+
+    with tempfile.TemporaryDirectory(prefix="clef-probe-") as tmp:
+        out = keep or Path(tmp)  # the model dirs (``--keep``: for the ``ensemble`` probe)
+        states = []
+        for order in (seed, order_seed):
+            trainer = trainer_module.Trainer(cfg)
+            trainer.build(train, fitted)
+            trainer.config = dataclasses.replace(cfg, seed=order)  # the start is built
+            started = time.perf_counter()
+            history, best = trainer._supervised(
+                fitted, val, cfg.epochs, Path(tmp) / f"checkpoint{order}", False
+            )
+            if best["state"] is not None:
+                trainer._restore(best["state"])
+            trainer.config = cfg
+            states.append(trainer._state())
+            result[f"member_order{order}"] = {
+                "train_seconds": round(time.perf_counter() - started, 1),
+                "best_epoch": best["epoch"],
+                "history": history,
+                **finish(trainer, out / f"member_order{order}"),
+            }
+        k = len(states)
+        trainer = trainer_module.Trainer(
+            dataclasses.replace(
+                cfg,
+                lora_rank=cfg.lora_rank * k,
+                lora_alpha=(cfg.lora_alpha or 2 * cfg.lora_rank) * k,  # the same scaling
+            )
+        )
+        trainer.build(train, fitted)
+        soup = {}
+        for name in states[0]:
+            if ".lora_A." in name:
+                soup[name] = torch.cat([s[name] for s in states], 0)
+            elif ".lora_B." in name:
+                soup[name] = torch.cat([s[name] / k for s in states], 1)
+            else:
+                soup[name] = sum(s[name] for s in states) / k
+        trainer._restore(soup)
+        result["soup"] = finish(trainer, out / "soup")
+    save(f"full_soup_memory_seed{seed}", result)
+
+
+def ensemble(directories: list[Path]) -> None:
+    _, test = load()
+    question = test.questions[QID]
+    texts = [ex.state for ex in test.examples]
+    labels = np.array([ex.labels[QID] for ex in test.examples])
+    probabilities, models = {}, {}
+    for directory in directories:
+        name = str(directory)
+        engine = fb.DecisionEngine.from_pretrained(directory)  # calibration and memory on
+        probabilities[name] = fb._probabilities(engine, texts, QID, question)
+        report = json.loads((directory / "training.json").read_text())
+        models[name] = {
+            "start_seed": report["config"]["seed"],
+            "test": fb._metrics(probabilities[name], labels),
+        }
+        print(json.dumps({name: models[name]}), flush=True)
+    pairs = []
+    names = list(models)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if models[a]["start_seed"] == models[b]["start_seed"]:
+                continue  # same start: that is the soup-memory probe's comparison
+            pair = {
+                "models": [a, b],
+                "member_mean_macro_f1": round(
+                    (models[a]["test"]["macro_f1"] + models[b]["test"]["macro_f1"]) / 2, 2
+                ),
+                "test": fb._metrics((probabilities[a] + probabilities[b]) / 2, labels),
+            }
+            print(json.dumps(pair), flush=True)
+            pairs.append(pair)
+    result: dict[str, Any] = {"models": models, "pairs": pairs}
+    if pairs:
+        result["pairs_mean"] = {
+            k: round(float(np.mean([p["test"][k] for p in pairs])), 4)
+            for k in ("accuracy", "macro_f1", "ece", "nll")
+        }
+        result["pairs_mean"]["member_mean_macro_f1"] = round(
+            float(np.mean([p["member_mean_macro_f1"] for p in pairs])), 2
+        )
+    save("full_ensemble", result)
+
+
 def knn(seed: int) -> None:
     train, test = load()
     fitted, val = split(train, fb.TrainConfig().val_fraction, seed=seed)  # as the trainer does
@@ -454,14 +583,36 @@ def _calibrated(engine: Any, val: Any, test: Any) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("probe", choices=["full-finetune", "prior-soup", "knn", "memory-variants"])
     parser.add_argument(
-        "--seed", type=int, default=0, help="full-finetune, knn, memory-variants: the recipe's seed"
+        "probe",
+        choices=[
+            "full-finetune",
+            "prior-soup",
+            "soup-memory",
+            "ensemble",
+            "knn",
+            "memory-variants",
+        ],
+    )
+    parser.add_argument(
+        "models", nargs="*", type=Path, help="ensemble: model dirs (e.g. from soup-memory --keep)"
+    )
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="soup-memory: write the model dirs here"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="full-finetune, soup-memory, knn, memory-variants: the recipe's seed",
+    )
+    parser.add_argument(
+        "--order-seed", type=int, default=1, help="soup-memory: the second member's order seed"
     )
     parser.add_argument("--lr", type=float, default=1e-4, help="full-finetune: learning rate")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="a smoke run; saves nothing")
-    args = parser.parse_args()
+    args = parser.parse_intermixed_args()  # model dirs may follow the options
     global QUICK
     QUICK = args.quick
     torch.set_num_threads(args.threads)
@@ -469,6 +620,14 @@ def main() -> None:
         full_finetune(args.seed, args.lr)
     elif args.probe == "knn":
         knn(args.seed)
+    elif args.probe == "soup-memory":
+        if args.order_seed == args.seed:
+            parser.error("--order-seed must differ from --seed (the members would be one run)")
+        soup_memory(args.seed, args.order_seed, args.keep)
+    elif args.probe == "ensemble":
+        if len(args.models) < 2:
+            parser.error("ensemble needs at least two model dirs")
+        ensemble(args.models)
     elif args.probe == "memory-variants":
         memory_variants(args.seed)
     else:
