@@ -311,16 +311,16 @@ def soup_memory(seed: int, order_seed: int, keep: Path | None = None) -> None:
         out = keep or Path(tmp)  # the model dirs (``--keep``: for the ``ensemble`` probe)
         states = []
         for order in (seed, order_seed):
-            trainer = trainer_module.Trainer(cfg)
+            trainer = SameStartTrainer(dataclasses.replace(cfg, seed=order))
+            trainer.start_seed = seed
             trainer.build(train, fitted)
-            trainer.config = dataclasses.replace(cfg, seed=order)  # the start is built
             started = time.perf_counter()
             history, best = trainer._supervised(
                 fitted, val, cfg.epochs, Path(tmp) / f"checkpoint{order}", False
             )
             if best["state"] is not None:
                 trainer._restore(best["state"])
-            trainer.config = cfg
+            trainer.config = cfg  # training.json keeps the start's seed: ensemble pairs by it
             states.append(trainer._state())
             result[f"member_order{order}"] = {
                 "train_seconds": round(time.perf_counter() - started, 1),
