@@ -172,6 +172,16 @@ def run(
             },
             "fp32": evaluate(Path(tmp), test, device=config.device or "cpu"),
         }
+        if result.members:  # an ensemble: each member alone, as a model dir of its own
+            entry["members"] = [
+                {
+                    "seed": config.seed + i,
+                    "train_seconds": round(m.seconds, 1),
+                    "best_epoch": m.best_epoch,
+                    "fp32": evaluate(m.directory, test, device=config.device or "cpu"),
+                }
+                for i, m in enumerate(result.members)
+            ]
         if int8:
             entry["int8"] = evaluate(Path(tmp), test, quantize="int8")
     print(json.dumps({k: entry[k] for k in ("name", "train_seconds", "fp32")}), flush=True)
@@ -358,6 +368,14 @@ def main() -> None:
         default=None,
         help="full-set runs: the validation split's share when not 0.1 (own section full_valF)",
     )
+    parser.add_argument(
+        "--ensemble",
+        type=int,
+        default=None,
+        metavar="K",
+        help="full-set runs: an ensemble of K runs (own section full_ensembleK); each member "
+        "is also scored alone",
+    )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--variants", default=None, help="ablations to run (comma-separated)")
@@ -516,6 +534,7 @@ def main() -> None:
         "label_smoothing": "smoothing",
         "rl_epochs": "rl",
         "val_fraction": "val",
+        "ensemble": "ensemble",
     }
     zero_is_a_value = {"brier_weight", "label_smoothing"}  # 0 switches the term off
     for section, (name, kw) in full_runs.items():

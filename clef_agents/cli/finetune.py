@@ -21,6 +21,8 @@ examples:
   clef-agents finetune train.csv --label-col category --examples-per-label 10 \\
       --head prototype --contrastive-steps 30 --val-fraction 0 \\
       --unlabeled train.csv --out out/banking77-10shot-semi   # the rest as unlabelled
+  clef-agents finetune train.csv --label-col category --ensemble 2 \\
+      --out out/banking77-ensemble                             # two runs, one model dir
   clef-agents finetune tickets.jsonl --questions questions.json --out out/tickets
   clef-agents eval test.csv --label-col category --model out/banking77
 """
@@ -191,6 +193,15 @@ def register(sub: Any) -> None:
         action="store_true",
         help="also fit histogram binning (kept where a 5-fold check lowers ECE)",
     )
+    p.add_argument(
+        "--ensemble",
+        type=int,
+        default=None,
+        metavar="K",
+        help="train K runs (seeds SEED..SEED+K-1, one validation split) into OUT/members/ and "
+        "answer with their mean, recalibrated; K times the training and the backbone passes "
+        "per decision (default 1)",
+    )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
@@ -228,6 +239,7 @@ _FIELDS = (
     "refit",
     "memory_max_states",
     "memory_add_validation",
+    "ensemble",
     "seed",
     "device",
 )
@@ -297,6 +309,16 @@ def run(args: argparse.Namespace) -> int:
         **({k: int(semi[k]) for k in ("unlabeled_states", "pseudo_labels")} if semi else {}),
         "validation": {k: round(v, 4) for k, v in result.validation.items()},
         **({"memory": result.memory} if result.memory else {}),
+        **(
+            {
+                "members": [
+                    {"best_epoch": m.best_epoch, "seconds": round(m.seconds, 1)}
+                    for m in result.members
+                ]
+            }
+            if result.members
+            else {}
+        ),
         "seconds": round(result.seconds, 1),
     }
     sys.stdout.write(json.dumps(summary, indent=2) + "\n")

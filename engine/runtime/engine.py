@@ -241,6 +241,9 @@ class DecisionEngine:
                 dtype = select_dtype(target)
                 self.backbone.model = self.backbone.model.to(target, dtype=dtype)  # type: ignore[attr-defined]
                 self.backbone.device, self.backbone.dtype = target, dtype
+            head_mover = getattr(self.head, "to", None)
+            if callable(head_mover):  # an ensemble's members (engine.heads.ensemble)
+                head_mover(target)
             self._vectors.clear()
             self._prepared.clear()
         return self

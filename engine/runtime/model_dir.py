@@ -10,6 +10,11 @@ Layout::
     adapter/             peft LoRA adapter (when fine-tuned)
     backbone/            a copy of the backbone (only with ``copy_backbone=True``)
 
+An ensemble (``TrainConfig(ensemble=K)``, :mod:`engine.train.ensemble`) holds K such dirs
+and names them instead of a backbone: ``{"format", "format_version", "model_name",
+"ensemble": ["members/0", ...], "calibration": {...}}``; the calibration is that of the
+members' mean answers (:mod:`engine.heads.ensemble`).
+
 A directory without our ``config.json`` but with a Hugging Face ``config.json`` is taken
 as a bare backbone: causal LMs load as ``decoder``, everything else as ``encoder``.
 Keys left at their default are omitted, so older readers load newer saves.
@@ -33,6 +38,8 @@ if TYPE_CHECKING:
 FORMAT = "clef-agents"
 FORMAT_VERSION = 1
 CONFIG = "config.json"
+ENSEMBLE_DIR = "members"
+"""Where an ensemble keeps its members' model dirs."""
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -70,6 +77,8 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
             f"{directory / CONFIG}: format_version {version} is newer than this clef-agents "
             f"understands ({FORMAT_VERSION}); upgrade clef-agents"
         )
+    if "ensemble" in data:
+        return _load_ensemble(cls, directory, data, kwargs)
     backbone = dict(data.get("backbone") or {})
     kind = backbone.pop("kind", "encoder")
     path = backbone.pop("path", PACKAGED)
@@ -177,8 +186,68 @@ def _load_trained(
     return engine
 
 
+MEMBER_OPTIONS = ("device", "dtype", "quantize", "max_state_chars", "cache_size")
+"""``from_pretrained`` options an ensemble passes on to each member."""
+
+
+def _load_ensemble(
+    cls: type[DecisionEngine], directory: Path, data: dict[str, Any], kwargs: dict[str, Any]
+) -> DecisionEngine:
+    """An ensemble: each member loaded from its own dir, their mean as the head."""
+    from engine.heads.ensemble import EnsembleHead
+
+    where = directory / CONFIG
+    names = data["ensemble"]
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ModelLoadError(f"{where}: 'ensemble' must be a non-empty list of member dirs")
+    if "backbone" in kwargs:
+        raise ModelLoadError(
+            f"{where}: an ensemble loads each member's own backbone; do not pass backbone="
+        )
+    members = []
+    for name in names:
+        path = (directory / name).resolve()
+        if Path(name).is_absolute() or not path.is_relative_to(directory.resolve()):
+            raise ModelLoadError(f"{where}: ensemble member {name!r} is not inside the model dir")
+        member = read_config(path)
+        if member.get("format") != FORMAT or "ensemble" in member:
+            raise ModelLoadError(
+                f"{path / CONFIG}: an ensemble member must be a clef-agents model dir "
+                "(not a bare backbone, nor another ensemble)"
+            )
+        options = {k: v for k, v in kwargs.items() if k in MEMBER_OPTIONS}
+        members.append(load(cls, path, **options, warmup=False))
+    calibrator = kwargs.pop("calibrator", None)
+    if calibrator is None:
+        calibrator = Calibrator.from_dict(data.get("calibration") or {})
+    if "model_name" in data:
+        kwargs.setdefault("model_name", data["model_name"])
+    for key in ("device", "dtype", "quantize"):  # the members' backbones are already built
+        kwargs.pop(key, None)
+    kwargs.setdefault("model_name", members[0].model_name)
+    engine = cls(members[0].backbone, **kwargs)
+    engine.head = EnsembleHead(members, calibrator)  # type: ignore[assignment]
+    engine._version = None
+    return engine
+
+
 def save(engine: DecisionEngine, directory: Path, *, copy_backbone: bool = False) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
+    members = getattr(engine.head, "members", None)
+    if members is not None:  # an ensemble: each member in its own dir
+        names = [f"{ENSEMBLE_DIR}/{i}" for i in range(len(members))]
+        for name, member in zip(names, members, strict=True):
+            save(member, directory / name, copy_backbone=copy_backbone)
+        ensemble = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "model_name": engine.model_name,
+            "model_version": engine.model_version,
+            "ensemble": names,
+            "calibration": engine.calibrator.to_dict(),
+        }
+        (directory / CONFIG).write_text(json.dumps(ensemble, indent=2, sort_keys=True) + "\n")
+        return directory
     backbone = dict(engine.backbone.config())
     if copy_backbone and backbone.get("path") not in (None, PACKAGED):
         source = Path(backbone["path"])

@@ -121,6 +121,16 @@ class TrainConfig:
     chosen number of epochs, and save that model with that calibration (sklearn's
     ``refit``). About twice the training time; the model sees ``1/(1-val_fraction)`` times
     the states. Needs ``val_fraction > 0`` and the option-evidence head."""
+    ensemble: int = 1
+    """Train this many runs of the recipe, seeds ``seed`` .. ``seed + ensemble - 1``, on one
+    validation split, into ``members/0`` .. of the model dir; the engine averages their
+    calibrated answers (example memories included) and one temperature, fitted on the
+    averaged held-out probabilities, calibrates the average (:mod:`engine.train.ensemble`).
+    ``ensemble`` times the training time and the backbone passes per decision. On BANKING77
+    two runs lifted test macro-F1 from 94.07 to 94.27 (``docs/finetune.md``). 1: one model."""
+    split_seed: int | None = None
+    """Seed of the validation split (default: ``seed``); the members of an ensemble share
+    the ensemble's."""
     seed: int = 0
     device: str | None = None
     progress: bool = True
@@ -195,6 +205,13 @@ class TrainConfig:
             raise ValueError(f"rdrop_weight must be non-negative; got {self.rdrop_weight}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"ema_decay must be in [0, 1); got {self.ema_decay}")
+        if self.ensemble < 1:
+            raise ValueError(f"ensemble must be at least 1; got {self.ensemble}")
+        if self.ensemble > 1 and (self.val_fraction == 0 or self.refit):
+            raise ValueError(
+                "ensemble fits its temperature on the members' shared validation split; it "
+                "needs val_fraction > 0 and no refit (whose model keeps no held-out states)"
+            )
         if self.memory_max_states < 1:
             raise ValueError(f"memory_max_states must be at least 1; got {self.memory_max_states}")
         if self.bank_init not in ("text", "examples"):
@@ -216,3 +233,6 @@ class TrainResult:
     seconds: float
     memory: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per question id, the report of its example memory's fit (``fit_question_memory``)."""
+    members: list[TrainResult] = field(default_factory=list)
+    """With ``ensemble > 1``: each member's result (``history`` holds them all, with a
+    ``member`` key; ``best_epoch`` and ``memory`` are member 0's)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -52,48 +52,41 @@ class MemoryStage(ModelForward):
                 vectors.update(zip(missing, self._engine_vectors(missing), strict=True))
             return torch.stack([vectors[t] for t in texts])
 
-        groups: dict[str, list[str]] = {}
-        for qid in train.questions:
-            groups.setdefault(self.fps[qid], []).append(qid)
-        for qids in groups.values():
+        self.held_out = {}
+        for qids in self._groups(train.questions):
             started = time.perf_counter()
             qtype = str(train.questions[qids[0]].type)  # type: ignore[attr-defined]
             names = train.names(qids[0])
             context = question_context(train.questions[qids[0]])
             states: list[tuple[str, int]] = []
-            held: list[str] = []
-            held_probs: list[torch.Tensor] = []
-            held_labels: list[torch.Tensor] = []
             for qid in qids:
-                # Labels and probabilities in the order of the first question's options.
+                # Labels in the order of the first question's options.
                 order = [train.names(qid).index(name) for name in names]
                 relabel = [order.index(i) for i in range(len(names))]
                 states += [
                     (ex.state, relabel[ex.labels[qid]]) for ex in train.examples if qid in ex.labels
                 ]
-                part = val.only(qid)
-                if not part.examples:
-                    continue
-                _, logits, labels, _ = self.evaluate(part)
-                scaled = torch.softmax(
-                    calibration.scale(torch.stack(logits), qtype, len(names)), -1
-                )
-                held_probs.append(calibration.adjust(scaled, qtype, len(names))[:, order])
-                held_labels.append(torch.tensor([relabel[y] for y in labels]))
-                held += [ex.state for ex in part.examples]
+            held, held_probs, held_y = self._held_out_group(val, qids, calibration)
+            if held:
+                self.held_out[self.fps[qids[0]]] = (held_probs, held_y)
             if not states or not held:
                 continue
             if len(states) > cfg.memory_max_states:
                 states = rng.sample(states, cfg.memory_max_states)
-            held_vectors, held_y = encode(held), torch.cat(held_labels)
+            held_vectors = encode(held)
             fitted, report = fit_question_memory(
                 encode([state for state, _ in states]),
                 torch.tensor([label for _, label in states]),
                 names,
                 held_vectors,
-                torch.cat(held_probs),
+                held_probs,
                 held_y,
             )
+            if fitted is not None:  # what the engine answers on the split, before it joins
+                self.held_out[self.fps[qids[0]]] = (
+                    fitted.mix(held_probs, held_vectors, names),
+                    held_y,
+                )
             if fitted is not None and cfg.memory_add_validation:
                 # The settings are chosen; the held-out states join the memory they chose.
                 fitted = fitted.extended(held_vectors, held_y)
@@ -105,3 +98,45 @@ class MemoryStage(ModelForward):
         if not self.memory:
             self.memory = None
         return reports
+
+    def _groups(self, questions: Any) -> list[list[str]]:
+        """Trained question ids by fingerprint: questions of one type and option set share
+        the head's option bank, and so one memory."""
+        groups: dict[str, list[str]] = {}
+        for qid in questions:
+            groups.setdefault(self.fps[qid], []).append(qid)
+        return list(groups.values())
+
+    def _held_out_group(
+        self, val: TrainingSet, qids: list[str], calibration: Calibrator
+    ) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+        """``(states, probabilities, labels)`` of one fingerprint group on ``val``: the
+        head's answers under ``calibration``, in the order of the first question's options."""
+        names = val.names(qids[0])
+        qtype = str(val.questions[qids[0]].type)  # type: ignore[attr-defined]
+        held: list[str] = []
+        probs: list[torch.Tensor] = []
+        labels: list[torch.Tensor] = []
+        for qid in qids:
+            order = [val.names(qid).index(name) for name in names]
+            relabel = [order.index(i) for i in range(len(names))]
+            part = val.only(qid)
+            if not part.examples:
+                continue
+            _, logits, y, _ = self.evaluate(part)
+            scaled = torch.softmax(calibration.scale(torch.stack(logits), qtype, len(names)), -1)
+            probs.append(calibration.adjust(scaled, qtype, len(names))[:, order])
+            labels.append(torch.tensor([relabel[t] for t in y]))
+            held += [ex.state for ex in part.examples]
+        if not held:
+            return [], torch.empty(0, len(names), dtype=torch.float64), torch.empty(0)
+        return held, torch.cat(probs), torch.cat(labels)
+
+    @torch.no_grad()
+    def held_out_probabilities(self, val: TrainingSet, calibration: Calibrator) -> None:
+        """:attr:`held_out` without an example memory: the calibrated head on ``val``."""
+        self.held_out = {}
+        for qids in self._groups(val.questions):
+            held, probs, labels = self._held_out_group(val, qids, calibration)
+            if held:
+                self.held_out[self.fps[qids[0]]] = (probs, labels)

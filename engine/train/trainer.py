@@ -136,6 +136,10 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         self.config = config or TrainConfig()
         self._ema: dict[str, torch.Tensor] | None = None  # ema_decay's average, during fit
         self.memory: ExampleMemory | None = None
+        self.held_out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        """After :meth:`fit`, per question fingerprint, the model's answers on the validation
+        split (calibrated, with the example memory chosen there, before the split's states
+        join it) and their labels; what an ensemble calibrates on."""
         self.config.check()
         self._backbone_arg = backbone
 
@@ -232,12 +236,18 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             raise TrainingDataError("no training examples", field="data")
         pool = None if unlabeled is None else self._unlabeled_pool(data, unlabeled)
         out.mkdir(parents=True, exist_ok=True)
-        train, val = split(data, cfg.val_fraction, seed=cfg.seed)
+        if cfg.ensemble > 1:
+            from engine.train.ensemble import fit_ensemble
+
+            return fit_ensemble(self, data, out, resume=resume, unlabeled=unlabeled)
+        seed = cfg.seed if cfg.split_seed is None else cfg.split_seed
+        train, val = split(data, cfg.val_fraction, seed=seed)
         checkpoint = out / CHECKPOINT_DIR
         selection = checkpoint / SELECTION_FILE
         validation: dict[str, float] = {}
         calibration: Calibrator | None = None
         self.memory = None
+        self.held_out = {}
         memory: dict[str, dict[str, float]] = {}
         if resume and cfg.refit and selection.is_file():  # the selection run had finished
             chosen = json.loads(selection.read_text())
@@ -278,6 +288,8 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
                 validation["ece_calibrated"] = _ece_after(calibration, val_logits, labels, types)
                 if cfg.memory and not cfg.refit:  # the refit model has no held-out states
                     memory = self.fit_memory(train, val, calibration)
+                elif not cfg.refit:
+                    self.held_out_probabilities(val, calibration)
             if cfg.refit:
                 chosen = {
                     "history": history,

@@ -315,3 +315,36 @@ def test_finetune_keeps_an_example_memory_and_calibrate_refits_it(tiny_dir, tmp_
     assert not (out / "memory.safetensors").exists()
     assert main([*args, "--memory-max-states", "0"]) == 2
     assert "memory_max_states must be at least 1; got 0" in capsys.readouterr().err
+
+
+def test_finetune_an_ensemble_then_calibrate_its_mean(tiny_dir, tmp_path, capsys) -> None:
+    out, args = small_finetune(tiny_dir, tmp_path)
+    assert main([*args, "--epochs", "1", "--ensemble", "2", "--val-fraction", "0.3"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert len(summary["members"]) == 2 and "ece_calibrated" in summary["validation"]
+    assert json.loads((out / "config.json").read_text())["ensemble"] == ["members/0", "members/1"]
+    heldout = tmp_path / "heldout.csv"
+    write_csv(heldout, 30, seed=1)
+    calibrated = tmp_path / "calibrated"
+    code = main(
+        ["calibrate", str(out), str(heldout), "--label-col", "intent", "--out", str(calibrated)]
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["labels"] == 30
+    assert report["after"]["nll"] <= report["before"]["nll"] + 1e-6
+    # The mean's temperature is refitted; the members are copied unchanged.
+    saved = json.loads((calibrated / "config.json").read_text())
+    assert saved["ensemble"] == ["members/0", "members/1"]
+    assert saved["calibration"]["source"].startswith("clef-agents calibrate")
+    for member in saved["ensemble"]:
+        assert (calibrated / member / "head.safetensors").read_bytes() == (
+            out / member / "head.safetensors"
+        ).read_bytes()
+    engine = DecisionEngine.from_pretrained(calibrated, device="cpu")
+    assert engine.calibrator.temperatures == pytest.approx(
+        {k: float(v) for k, v in report["temperatures"].items()}
+    )
+    # A bad ensemble size is a usage error naming the limit.
+    assert main([*args, "--ensemble", "0"]) == 2
+    assert "ensemble must be at least 1; got 0" in capsys.readouterr().err

@@ -1,0 +1,106 @@
+"""An ensemble model dir's head: the mean of its members' calibrated answers.
+
+A model dir trained with ``TrainConfig(ensemble=K)`` (:mod:`engine.train.ensemble`) holds K
+fine-tuned model dirs. For a question the members were trained on, every member answers it
+as it would alone (its adapted backbone, head, temperature and example memory), the
+probabilities are averaged, and the ensemble's own temperature, fitted on the members'
+shared validation split, calibrates the mean: ``softmax(log(mean) / T)``. Every other
+question is answered zero-shot once, by the first member's base engine, as a single
+fine-tuned model answers it.
+
+Example:
+    >>> engine = DecisionEngine.from_pretrained("./out/banking77-ensemble")   # doctest: +SKIP
+    >>> len(engine.head.members)                                             # doctest: +SKIP
+    2
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from engine.calibration.temperature import Calibrator
+from engine.schema.questions import _Question
+
+if TYPE_CHECKING:
+    from engine.runtime.engine import DecisionEngine, Scored
+    from engine.schema.request import DecisionRequest
+
+
+class EnsembleHead:
+    """The engine's head when the model dir is an ensemble.
+
+    Args:
+        members: The members' engines (each loaded from its own model dir, all with the same
+            trained questions).
+        calibrator: The ensemble's temperatures, applied to the log of the members' mean.
+    """
+
+    needs_token_states = False
+
+    def __init__(self, members: list[DecisionEngine], calibrator: Calibrator | None = None) -> None:
+        if not members:
+            raise ValueError("an ensemble needs at least one member")
+        self.members = members
+        self.calibrator = calibrator or Calibrator(source="identity")
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of the members (their model versions), part of the engine's version."""
+        joined = "+".join(m.model_version for m in self.members)
+        return "ensemble:" + hashlib.sha256(joined.encode()).hexdigest()[:12]
+
+    @property
+    def module(self) -> Any:
+        """The first member's trained head module: which questions the members know
+        (``clef-agents calibrate`` rebuilds them from it)."""
+        return getattr(self.members[0].head, "module", None)
+
+    def knows(self, question: _Question) -> bool:
+        """Whether the members answer ``question`` with their trained heads."""
+        knows = getattr(self.members[0].head, "knows", None)
+        return bool(knows is not None and knows(question))
+
+    def logits(self, prepared: Any, similarity: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """The first member's (zero-shot) logits, when a caller bypasses :meth:`score_requests`."""
+        return self.members[0].head.logits(prepared, similarity, state)
+
+    def to(self, device: str | torch.device) -> None:
+        """Move every member (:meth:`DecisionEngine.to` calls this)."""
+        for member in self.members:
+            member.to(device)
+
+    def score_requests(
+        self, engine: DecisionEngine, texts: list[str], requests: list[DecisionRequest]
+    ) -> list[Scored]:
+        """The first member scores every question (untrained ones zero-shot); the others
+        score only the trained ones; trained answers are averaged and recalibrated."""
+        first = self.members[0].score(texts, requests)
+        trained = [[q for q, v in r.questions.items() if self.knows(v)] for r in requests]
+        rows = [i for i, qs in enumerate(trained) if qs]
+        if not rows:
+            return first
+        sums = {(i, q): first[i].probabilities[q].double() for i in rows for q in trained[i]}
+        subs = [
+            requests[i].model_copy(
+                update={"questions": {q: requests[i].questions[q] for q in trained[i]}}
+            )
+            for i in rows
+        ]
+        for member in self.members[1:]:
+            scored = member.score([texts[i] for i in rows], subs)
+            for i, answer in zip(rows, scored, strict=True):
+                for q in trained[i]:
+                    sums[(i, q)] = sums[(i, q)] + answer.probabilities[q].double()
+        for (i, q), total in sums.items():
+            prepared = first[i].prepared[q]
+            n = len(prepared.names)
+            mean = (total / len(self.members)).clamp(min=1e-300).unsqueeze(0)
+            scaled = torch.softmax(self.calibrator.scale(mean.log(), prepared.type, n), dim=-1)
+            first[i].probabilities[q] = self.calibrator.adjust(scaled, prepared.type, n)[0]
+        return first
+
+
+__all__ = ["EnsembleHead"]

@@ -1,0 +1,185 @@
+"""An ensemble of fine-tuning runs (``TrainConfig(ensemble=K)``) on a tiny random encoder:
+one shared validation split, the recalibrated mean of the members' answers, save/load,
+int8, resume and the errors of a bad config or model dir."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from test_finetune_tiny import QUESTIONS, backbone_dir, config, memorised, route_probabilities
+
+from engine import DecisionEngine, ModelLoadError, Noul
+from engine.heads.ensemble import EnsembleHead
+from engine.heads.memory import MEMORY_FILE
+from engine.heads.option_evidence import HEAD_FILE, fingerprint, question_context
+from engine.train import TrainConfig, Trainer
+from engine.train.config import TrainResult
+from engine.train.ensemble import _calibrate
+
+pytest.importorskip("peft")
+pytestmark = pytest.mark.slow
+__all__ = ["backbone_dir"]  # the module fixture, shared
+
+
+@pytest.fixture(scope="module")
+def ensemble(backbone_dir, tmp_path_factory):
+    """Two one-epoch members on 240 states (60 held out): enough for example memories."""
+    out = tmp_path_factory.mktemp("ensemble")
+    result = Trainer(config(epochs=1, ensemble=2), backbone=str(backbone_dir)).fit(memorised(), out)
+    return result, out
+
+
+def test_members_share_one_split_and_differ_in_their_start(ensemble) -> None:
+    result, out = ensemble
+    config = json.loads((out / "config.json").read_text())
+    assert config["ensemble"] == ["members/0", "members/1"]
+    assert "choice/b2" in config["calibration"]["temperatures"]
+    assert "mean of 2 members" in config["calibration"]["source"]
+    reports = [json.loads((out / m / "training.json").read_text()) for m in config["ensemble"]]
+    assert [(r["config"]["seed"], r["config"]["split_seed"]) for r in reports] == [(0, 0), (1, 0)]
+    assert [r["config"]["ensemble"] for r in reports] == [1, 1]
+    assert all((out / m / MEMORY_FILE).is_file() for m in config["ensemble"])
+    assert (out / "members/0" / HEAD_FILE).read_bytes() != (
+        out / "members/1" / HEAD_FILE
+    ).read_bytes()
+    assert not (out / "checkpoint").exists()
+    top = json.loads((out / "training.json").read_text())
+    assert [m["seed"] for m in top["members"]] == [0, 1]
+    assert set(top["validation"]) == {
+        "accuracy",
+        "nll",
+        "ece",
+        "ece_calibrated",
+        "members_accuracy",
+    }
+    assert len(result.members) == 2 and result.validation == top["validation"]
+    assert {h["member"] for h in result.history} == {0.0, 1.0}
+
+
+def test_member_zero_is_the_plain_run_of_the_same_seed(backbone_dir, ensemble, tmp_path) -> None:
+    _, out = ensemble
+    Trainer(config(epochs=1), backbone=str(backbone_dir)).fit(memorised(), tmp_path)
+    for name in (HEAD_FILE, MEMORY_FILE):
+        assert (tmp_path / name).read_bytes() == (out / "members/0" / name).read_bytes()
+
+
+def test_answers_are_the_recalibrated_mean_of_the_members(ensemble) -> None:
+    _, out = ensemble
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    assert isinstance(engine.head, EnsembleHead)
+    members = [DecisionEngine.from_pretrained(out / f"members/{i}", device="cpu") for i in (0, 1)]
+    texts = [ex.state for ex in memorised(n=12, seed=1).examples]
+    mean = sum(route_probabilities(m, texts) for m in members) / 2
+    temperature = engine.calibrator.temperature("choice", 3)
+    assert temperature != 1.0
+    expected = torch.softmax(mean.log() / temperature, dim=-1)
+    torch.testing.assert_close(route_probabilities(engine, texts), expected, atol=1e-9, rtol=0)
+    # A question the members were not trained on: zero-shot, as the first member answers it.
+    other = {"urgent": Noul(instructions="is this urgent?")}
+    assert not engine.head.knows(other["urgent"])
+    assert engine.decide(texts[0], other).answers == members[0].decide(texts[0], other).answers
+    versions = {engine.model_version, *(m.model_version for m in members)}
+    assert len(versions) == 3
+
+
+def test_calibrate_on_synthetic_held_out_answers_fits_the_mean() -> None:
+    """Two calibrated members (right 85 % of the time, with 0.85) that err on different
+    rows: where they agree their mean says 0.85 but is right 98 % of the time, so the
+    ensemble's temperature sharpens it (below 1) and lowers the ECE of the mean."""
+    data = memorised(n=30)
+    question = data.questions["route"]
+    fp = fingerprint("choice", data.names("route"), question_context(question))
+    g = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, 3, (300,), generator=g)
+    held = []
+    for shift in (1, 2):
+        wrong = torch.where(torch.rand(300, generator=g) < 0.15, (labels + shift) % 3, labels)
+        probs = torch.full((300, 3), 0.075, dtype=torch.float64)
+        probs[torch.arange(300), wrong] = 0.85
+        held.append({fp: (probs, labels)})
+    members = [TrainResult(None, [], 1, {}, 0.0) for _ in held]  # type: ignore[arg-type]
+    calibration, validation = _calibrate(held, data, members)
+    assert calibration.temperature("choice", 3) < 1.0
+    assert validation["ece_calibrated"] < validation["ece"]
+    # Both members wrong on the same row is rare, so the mean is right more often.
+    assert validation["accuracy"] > validation["members_accuracy"]
+    held[1] = {fp: (held[1][fp][0], (labels + 1) % 3)}
+    with pytest.raises(RuntimeError, match="member 1 was not validated on the states of member 0"):
+        _calibrate(held, data, members)
+
+
+def test_ensemble_round_trips_moves_and_quantizes(ensemble, tmp_path) -> None:
+    _, out = ensemble
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    engine.save_pretrained(tmp_path / "copy")
+    saved = json.loads((tmp_path / "copy" / "config.json").read_text())
+    assert saved["ensemble"] == ["members/0", "members/1"]
+    again = DecisionEngine.from_pretrained(tmp_path / "copy", device="cpu")
+    state, qs = memorised(n=1, seed=2).examples[0].state, dict(QUESTIONS)
+    a, b = engine.decide(state, qs), again.decide(state, qs)
+    assert a.to_wire()["answers"] == b.to_wire()["answers"]
+    assert a.x_model_version == b.x_model_version == saved["model_version"]
+    engine.to("cpu")
+    assert engine.decide(state, qs).to_wire()["answers"] == a.to_wire()["answers"]
+    int8 = DecisionEngine.from_pretrained(out, device="cpu", quantize="int8")
+    assert [m.backbone.quantize for m in int8.head.members] == ["int8", "int8"]
+    probabilities = int8.decide(state, qs).answers["route"].probabilities
+    assert abs(sum(probabilities.values()) - 1.0) < 1e-9
+
+
+def test_resume_keeps_a_finished_member(backbone_dir, tmp_path, monkeypatch) -> None:
+    trained: list[str] = []
+    original = Trainer.fit
+
+    def interrupted(self, data, out, **kwargs):
+        if self.config.ensemble == 1:
+            trained.append(out.name)
+            if out.name == "1" and trained.count("1") == 1:
+                raise KeyboardInterrupt
+        return original(self, data, out, **kwargs)
+
+    monkeypatch.setattr(Trainer, "fit", interrupted)
+    data = memorised(n=48)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(epochs=1, ensemble=2), backbone=str(backbone_dir)).fit(data, tmp_path)
+    assert (tmp_path / "checkpoint/member0/held_out.pt").is_file()
+    result = Trainer(config(epochs=1, ensemble=2), backbone=str(backbone_dir)).fit(
+        data, tmp_path, resume=True
+    )
+    assert trained == ["0", "1", "1"]  # member 0 was not trained again
+    assert [m.directory.name for m in result.members] == ["0", "1"]
+    assert result.members[0].history and not (tmp_path / "checkpoint").exists()
+    assert isinstance(DecisionEngine.from_pretrained(tmp_path).head, EnsembleHead)
+
+
+def test_bad_ensemble_configs_and_model_dirs(ensemble, backbone_dir, tmp_path) -> None:
+    with pytest.raises(ValueError, match="ensemble must be at least 1; got 0"):
+        TrainConfig(ensemble=0).check()
+    with pytest.raises(ValueError, match="needs val_fraction > 0 and no refit"):
+        TrainConfig(ensemble=2, val_fraction=0).check()
+    with pytest.raises(ValueError, match="needs val_fraction > 0 and no refit"):
+        TrainConfig(ensemble=2, refit=True).check()
+    _, out = ensemble
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    config = json.loads((copy / "config.json").read_text())
+
+    def load_with(members):
+        (copy / "config.json").write_text(json.dumps({**config, "ensemble": members}))
+        return DecisionEngine.from_pretrained(copy, device="cpu")
+
+    with pytest.raises(ModelLoadError, match="'ensemble' must be a non-empty list"):
+        load_with([])
+    with pytest.raises(ModelLoadError, match=r"member '\.\./x' is not inside the model dir"):
+        load_with(["../x"])
+    shutil.copytree(backbone_dir, copy / "bare")
+    with pytest.raises(ModelLoadError, match="must be a clef-agents model dir"):
+        load_with(["members/0", "bare"])
+    with pytest.raises(ModelLoadError, match="members/9' does not exist"):
+        load_with(["members/0", "members/9"])
+    load_with(["members/0", "members/1"])
+    with pytest.raises(ModelLoadError, match="do not pass backbone="):
+        DecisionEngine.from_pretrained(copy, backbone="encoder")
