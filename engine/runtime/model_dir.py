@@ -11,9 +11,9 @@ Layout::
     backbone/            a copy of the backbone (only with ``copy_backbone=True``)
 
 An ensemble (``TrainConfig(ensemble=K)``, :mod:`engine.train.ensemble`) holds K such dirs
-and names them instead of a backbone: ``{"format", "format_version", "model_name",
-"ensemble": ["members/0", ...], "calibration": {...}}``; the calibration is that of the
-members' mean answers (:mod:`engine.heads.ensemble`).
+and names them instead of a backbone: ``{"format", "format_version", "ensemble":
+["members/0", ...], "calibration": {...}}`` (and ``model_name`` when set); the calibration
+is that of the members' mean answers (:mod:`engine.heads.ensemble`).
 
 A directory without our ``config.json`` but with a Hugging Face ``config.json`` is taken
 as a bare backbone: causal LMs load as ``decoder``, everything else as ``encoder``.
@@ -205,18 +205,26 @@ def _load_ensemble(
             f"{where}: an ensemble loads each member's own backbone; do not pass backbone="
         )
     members = []
+    questions = None
     for name in names:
         path = (directory / name).resolve()
         if Path(name).is_absolute() or not path.is_relative_to(directory.resolve()):
             raise ModelLoadError(f"{where}: ensemble member {name!r} is not inside the model dir")
         member = read_config(path)
-        if member.get("format") != FORMAT or "ensemble" in member:
+        if member.get("format") != FORMAT or "ensemble" in member or not member.get("head"):
             raise ModelLoadError(
-                f"{path / CONFIG}: an ensemble member must be a clef-agents model dir "
-                "(not a bare backbone, nor another ensemble)"
+                f"{path / CONFIG}: an ensemble member must be a fine-tuned clef-agents model "
+                "dir with a trained head (not a bare backbone, nor another ensemble)"
             )
+        trained = sorted(member["head"].get("questions") or {})
+        if questions is not None and trained != questions:
+            raise ModelLoadError(
+                f"{path / CONFIG}: ensemble member {name!r} was trained on other questions "
+                f"than {names[0]!r}; the members must answer the same questions"
+            )
+        questions = trained
         options = {k: v for k, v in kwargs.items() if k in MEMBER_OPTIONS}
-        members.append(load(cls, path, **options, warmup=False))
+        members.append(load(cls, path, **options, warmup=kwargs.get("warmup", True)))
     calibrator = kwargs.pop("calibrator", None)
     if calibrator is None:
         calibrator = Calibrator.from_dict(data.get("calibration") or {})
@@ -225,6 +233,7 @@ def _load_ensemble(
     for key in ("device", "dtype", "quantize"):  # the members' backbones are already built
         kwargs.pop(key, None)
     kwargs.setdefault("model_name", members[0].model_name)
+    kwargs["warmup"] = False  # each member warmed its own backbone
     engine = cls(members[0].backbone, **kwargs)
     engine.head = EnsembleHead(members, calibrator)  # type: ignore[assignment]
     engine._version = None

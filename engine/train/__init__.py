@@ -2,7 +2,8 @@
 
 The few-shot recipe trains the adapters with a contrastive loss instead and fits a
 prototype head on the adapted vectors (``TrainConfig(head="prototype",
-contrastive_steps=30)``).
+contrastive_steps=30)``). ``TrainConfig(ensemble=K)`` trains K runs into one model dir
+that answers with their recalibrated mean (:mod:`engine.train.ensemble`).
 
 Needs the ``[train]`` extra (``pip install 'clef-agents[train]'``) for LoRA; data loading
 and the losses work without it.

@@ -4,11 +4,14 @@ Runs of the same recipe from different starts disagree on the hard cases; the me
 their calibrated answers is right more often than either (on BANKING77, ``docs/finetune.md``).
 :func:`fit_ensemble` trains ``ensemble`` runs with seeds ``seed``, ``seed + 1``, ... (each
 its own initialisation, batch order and dropout) on one validation split, the split of
-``seed``, so that every member is held out from the same states. Each member is a whole
-model dir under ``members/<i>`` with its own temperature and example memory. The members'
-answers on that split (calibrated, with the memory chosen there, before the split's states
-join it) are averaged, and one temperature per (question type, option-count bucket) is
-fitted on the average: averaging makes a set of calibrated models under-confident.
+``split_seed`` (default ``seed``), so that every member is held out from the same states.
+Each member is a whole model dir under ``members/<i>`` with its own temperature and example
+memory. The members' answers on that split (calibrated, with the memory chosen there,
+before the split's states join it) are averaged, and one temperature per (question type,
+option-count bucket) is fitted on the average: averaging makes a set of calibrated models
+under-confident. The members chose their own temperatures and memories on the same split,
+so the mean's temperature is fitted on answers already tuned there; the test ECE in
+``docs/finetune.md`` measures what that costs.
 
 Layout::
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import shutil
 import time
 from collections.abc import Sequence
@@ -38,11 +42,13 @@ from engine.calibration.fit import fit_calibrator
 from engine.calibration.temperature import Calibrator
 from engine.runtime.model_dir import CONFIG, ENSEMBLE_DIR, FORMAT, FORMAT_VERSION
 from engine.train.config import TrainResult
-from engine.train.data import TrainingSet
+from engine.train.data import TrainingDataError, TrainingSet, split
 from engine.train.forward import _ece_after
 
 if TYPE_CHECKING:
     from engine.train.trainer import Trainer
+
+log = logging.getLogger(__name__)
 
 HELD_OUT = "held_out.pt"
 """In each finished member's checkpoint folder: its answers on the shared split, so that
@@ -60,8 +66,11 @@ def fit_ensemble(
     """Train ``trainer.config.ensemble`` members into ``out/members/<i>``, then fit the
     ensemble's temperature and write ``out/config.json``; see the module docstring.
 
-    With ``resume=True`` a member that finished is kept, and an interrupted one continues
-    from its checkpoint.
+    With ``resume=True`` a member that finished with the same recipe on as many states is
+    kept, and an interrupted one continues from its checkpoint.
+
+    Raises:
+        TrainingDataError: A question has no states in the validation split.
     """
     from engine.train.trainer import CHECKPOINT_DIR, Trainer
 
@@ -72,19 +81,36 @@ def fit_ensemble(
     members: list[TrainResult] = []
     held: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = []
     backbone_config: dict[str, Any] = {}
+    # Every question needs held-out states for the mean's temperature: say so before any
+    # member trains.
+    _, val = split(data, cfg.val_fraction, seed=split_seed)
+    for qid in data.questions:
+        if not val.only(qid).examples:
+            raise TrainingDataError(
+                f"question {qid!r} has no states in the validation split (val_fraction "
+                f"{cfg.val_fraction}); an ensemble fits the temperature of its mean there. "
+                "Give it more labelled states or raise val_fraction",
+                field="val_fraction",
+            )
     for i in range(cfg.ensemble):
         directory = out / ENSEMBLE_DIR / str(i)
         saved = checkpoint / f"member{i}" / HELD_OUT
+        member_cfg = replace(
+            cfg, ensemble=1, seed=cfg.seed + i, split_seed=split_seed, model_name=None
+        )
+        # What a kept member must have been trained with: this recipe, on as many states.
+        recipe = json.dumps(
+            {"config": asdict(member_cfg), "states": len(data)}, sort_keys=True, default=str
+        )
         if resume and saved.is_file() and (directory / "training.json").is_file():
             kept = torch.load(saved, weights_only=True)
-            held.append({fp: (p, y) for fp, (p, y) in kept["held_out"].items()})
-            members.append(TrainResult(directory, **kept["result"]))
-            backbone_config = kept["backbone"]
-            continue
-        member = Trainer(
-            replace(cfg, ensemble=1, seed=cfg.seed + i, split_seed=split_seed, model_name=None),
-            backbone=trainer._backbone_arg,
-        )
+            if kept.get("recipe") == recipe:
+                held.append({fp: (p, y) for fp, (p, y) in kept["held_out"].items()})
+                members.append(TrainResult(directory, **kept["result"]))
+                backbone_config = kept["backbone"]
+                continue
+            log.warning("ensemble member %d was trained with another recipe; training it again", i)
+        member = Trainer(member_cfg, backbone=trainer._backbone_arg)
         result = member.fit(data, directory, resume=resume, unlabeled=unlabeled)
         if not member.held_out:
             raise RuntimeError(f"ensemble member {i} kept no answers on the validation split")
@@ -98,7 +124,13 @@ def fit_ensemble(
         }
         saved.parent.mkdir(parents=True, exist_ok=True)
         torch.save(
-            {"held_out": member.held_out, "result": report, "backbone": backbone_config}, saved
+            {
+                "held_out": member.held_out,
+                "result": report,
+                "backbone": backbone_config,
+                "recipe": recipe,
+            },
+            saved,
         )
         held.append(member.held_out)
         members.append(result)

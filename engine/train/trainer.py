@@ -27,6 +27,10 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
    ``adapter/`` (peft format), ``training.json``. ``DecisionEngine.from_pretrained(out)``
    loads it.
 
+With ``ensemble=K`` the whole recipe runs K times from K seeds on one validation split,
+into ``out/members/<i>``, and one temperature is fitted on the mean of their answers
+(:mod:`engine.train.ensemble`).
+
 Example:
     >>> from engine.train import Trainer, TrainConfig, load_training_data
     >>> data = load_training_data("train.csv", label_col="category")    # doctest: +SKIP

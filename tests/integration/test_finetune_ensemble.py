@@ -15,7 +15,7 @@ from engine import DecisionEngine, ModelLoadError, Noul
 from engine.heads.ensemble import EnsembleHead
 from engine.heads.memory import MEMORY_FILE
 from engine.heads.option_evidence import HEAD_FILE, fingerprint, question_context
-from engine.train import TrainConfig, Trainer
+from engine.train import TrainConfig, Trainer, TrainingDataError
 from engine.train.config import TrainResult
 from engine.train.ensemble import _calibrate
 
@@ -130,14 +130,15 @@ def test_ensemble_round_trips_moves_and_quantizes(ensemble, tmp_path) -> None:
     assert abs(sum(probabilities.values()) - 1.0) < 1e-9
 
 
-def test_resume_keeps_a_finished_member(backbone_dir, tmp_path, monkeypatch) -> None:
+def test_resume_keeps_a_finished_member_of_the_same_recipe(backbone_dir, tmp_path, monkeypatch):
     trained: list[str] = []
+    interrupt = True
     original = Trainer.fit
 
     def interrupted(self, data, out, **kwargs):
         if self.config.ensemble == 1:
             trained.append(out.name)
-            if out.name == "1" and trained.count("1") == 1:
+            if out.name == "1" and interrupt:
                 raise KeyboardInterrupt
         return original(self, data, out, **kwargs)
 
@@ -146,13 +147,31 @@ def test_resume_keeps_a_finished_member(backbone_dir, tmp_path, monkeypatch) -> 
     with pytest.raises(KeyboardInterrupt):
         Trainer(config(epochs=1, ensemble=2), backbone=str(backbone_dir)).fit(data, tmp_path)
     assert (tmp_path / "checkpoint/member0/held_out.pt").is_file()
-    result = Trainer(config(epochs=1, ensemble=2), backbone=str(backbone_dir)).fit(
+    # Another recipe: the finished member does not count and is trained again.
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(epochs=1, ensemble=2, lr=5e-3), backbone=str(backbone_dir)).fit(
+            data, tmp_path, resume=True
+        )
+    assert trained == ["0", "1", "0", "1"]
+    interrupt = False
+    result = Trainer(config(epochs=1, ensemble=2, lr=5e-3), backbone=str(backbone_dir)).fit(
         data, tmp_path, resume=True
     )
-    assert trained == ["0", "1", "1"]  # member 0 was not trained again
+    assert trained == ["0", "1", "0", "1", "1"]  # the same recipe: member 0 is kept
     assert [m.directory.name for m in result.members] == ["0", "1"]
     assert result.members[0].history and not (tmp_path / "checkpoint").exists()
     assert isinstance(DecisionEngine.from_pretrained(tmp_path).head, EnsembleHead)
+
+
+def test_a_question_without_held_out_states_is_refused_before_training(backbone_dir, tmp_path):
+    data = memorised(n=48)
+    # Two states answer "human", one per label: both stay in the training split.
+    data.questions["human"] = QUESTIONS["human"]
+    data.examples[0].labels["human"], data.examples[1].labels["human"] = 0, 1
+    trainer = Trainer(config(epochs=1, ensemble=2), backbone=str(backbone_dir))
+    with pytest.raises(TrainingDataError, match="question 'human' has no states in the validation"):
+        trainer.fit(data, tmp_path)
+    assert not (tmp_path / "members").exists()
 
 
 def test_bad_ensemble_configs_and_model_dirs(ensemble, backbone_dir, tmp_path) -> None:
@@ -176,8 +195,14 @@ def test_bad_ensemble_configs_and_model_dirs(ensemble, backbone_dir, tmp_path) -
     with pytest.raises(ModelLoadError, match=r"member '\.\./x' is not inside the model dir"):
         load_with(["../x"])
     shutil.copytree(backbone_dir, copy / "bare")
-    with pytest.raises(ModelLoadError, match="must be a clef-agents model dir"):
+    with pytest.raises(ModelLoadError, match="must be a fine-tuned clef-agents model dir"):
         load_with(["members/0", "bare"])
+    other = json.loads((copy / "members/1/config.json").read_text())
+    other["head"]["questions"] = {"0" * 16: {}}
+    shutil.copytree(copy / "members/1", copy / "other")
+    (copy / "other/config.json").write_text(json.dumps(other))
+    with pytest.raises(ModelLoadError, match="'other' was trained on other questions"):
+        load_with(["members/0", "other"])
     with pytest.raises(ModelLoadError, match="members/9' does not exist"):
         load_with(["members/0", "members/9"])
     load_with(["members/0", "members/1"])
