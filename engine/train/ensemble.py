@@ -1,7 +1,8 @@
 """An ensemble of fine-tuning runs as one model dir (``TrainConfig.ensemble``).
 
 Runs of the same recipe from different starts disagree on the hard cases; the mean of
-their calibrated answers is right more often than either (on BANKING77, ``docs/finetune.md``).
+their calibrated answers is right more often than the average member (on BANKING77, +0.13
+macro-F1 over 4 seeds, ``docs/finetune.md``).
 :func:`fit_ensemble` trains ``ensemble`` runs with seeds ``seed``, ``seed + 1``, ... (each
 its own initialisation, batch order and dropout) on one validation split, the split of
 ``split_seed`` (default ``seed``), so that every member is held out from the same states.
