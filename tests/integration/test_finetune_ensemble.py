@@ -9,7 +9,14 @@ import shutil
 
 import pytest
 import torch
-from test_finetune_tiny import QUESTIONS, backbone_dir, config, memorised, route_probabilities
+from test_finetune_tiny import (
+    QUESTIONS,
+    backbone_dir,
+    config,
+    dataset,
+    memorised,
+    route_probabilities,
+)
 
 from engine import DecisionEngine, ModelLoadError, Noul
 from engine.heads.ensemble import EnsembleHead
@@ -17,6 +24,7 @@ from engine.heads.memory import MEMORY_FILE
 from engine.heads.option_evidence import HEAD_FILE, fingerprint, question_context
 from engine.train import TrainConfig, Trainer, TrainingDataError
 from engine.train.config import TrainResult
+from engine.train.data import split
 from engine.train.ensemble import _calibrate
 
 pytest.importorskip("peft")
@@ -208,3 +216,20 @@ def test_bad_ensemble_configs_and_model_dirs(ensemble, backbone_dir, tmp_path) -
     load_with(["members/0", "members/1"])
     with pytest.raises(ModelLoadError, match="do not pass backbone="):
         DecisionEngine.from_pretrained(copy, backbone="encoder")
+
+
+def test_held_out_answers_without_a_memory_are_the_calibrated_head(backbone_dir, tmp_path):
+    """What an ensemble member contributes when it keeps no memory (``memory=False``)."""
+    data = dataset(n=24)
+    trainer = Trainer(config(epochs=1, memory=False), backbone=str(backbone_dir))
+    trainer.fit(data, tmp_path)
+    calibration = DecisionEngine.from_pretrained(tmp_path, device="cpu").calibrator
+    _, val = split(data, 0.25, seed=0)
+    assert set(trainer.held_out) == set(trainer.fps.values()) and len(trainer.fps) == 3
+    for qid, fp in trainer.fps.items():
+        probs, labels = trainer.held_out[fp]
+        _, logits, expected_labels, _ = trainer.evaluate(val.only(qid))
+        qtype, n = str(data.questions[qid].type), len(data.names(qid))
+        expected = torch.softmax(calibration.scale(torch.stack(logits), qtype, n), dim=-1)
+        torch.testing.assert_close(probs, expected)
+        assert labels.tolist() == expected_labels
