@@ -81,7 +81,6 @@ def fit_ensemble(
     split_seed = cfg.seed if cfg.split_seed is None else cfg.split_seed
     members: list[TrainResult] = []
     held: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = []
-    backbone_config: dict[str, Any] = {}
     # Every question needs held-out states for the mean's temperature: say so before any
     # member trains.
     _, val = split(data, cfg.val_fraction, seed=split_seed)
@@ -108,14 +107,12 @@ def fit_ensemble(
             if kept.get("recipe") == recipe:
                 held.append({fp: (p, y) for fp, (p, y) in kept["held_out"].items()})
                 members.append(TrainResult(directory, **kept["result"]))
-                backbone_config = kept["backbone"]
                 continue
             log.warning("ensemble member %d was trained with another recipe; training it again", i)
         member = Trainer(member_cfg, backbone=trainer._backbone_arg)
         result = member.fit(data, directory, resume=resume, unlabeled=unlabeled)
         if not member.held_out:
             raise RuntimeError(f"ensemble member {i} kept no answers on the validation split")
-        backbone_config = member.backbone.config()
         report = {
             "history": result.history,
             "best_epoch": result.best_epoch,
@@ -128,7 +125,6 @@ def fit_ensemble(
             {
                 "held_out": member.held_out,
                 "result": report,
-                "backbone": backbone_config,
                 "recipe": recipe,
             },
             saved,
@@ -149,6 +145,7 @@ def fit_ensemble(
         config["model_name"] = cfg.model_name
     (out / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     seconds = time.perf_counter() - started
+    members_config = json.loads((members[0].directory / CONFIG).read_text())
     report = {
         "config": asdict(cfg),
         "data": {"source": data.source, "states": len(data)},
@@ -164,7 +161,7 @@ def fit_ensemble(
             for i, m in enumerate(members)
         ],
         "seconds": round(seconds, 1),
-        "backbone": backbone_config.get("path", PACKAGED),
+        "backbone": members_config["backbone"].get("path", PACKAGED),
     }
     (out / "training.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     shutil.rmtree(checkpoint, ignore_errors=True)

@@ -60,9 +60,7 @@ class MemoryStage(ModelForward):
             context = question_context(train.questions[qids[0]])
             states: list[tuple[str, int]] = []
             for qid in qids:
-                # Labels in the order of the first question's options.
-                order = [train.names(qid).index(name) for name in names]
-                relabel = [order.index(i) for i in range(len(names))]
+                _, relabel = _reorder(train.names(qid), names)
                 states += [
                     (ex.state, relabel[ex.labels[qid]]) for ex in train.examples if qid in ex.labels
                 ]
@@ -118,8 +116,7 @@ class MemoryStage(ModelForward):
         probs: list[torch.Tensor] = []
         labels: list[torch.Tensor] = []
         for qid in qids:
-            order = [val.names(qid).index(name) for name in names]
-            relabel = [order.index(i) for i in range(len(names))]
+            order, relabel = _reorder(val.names(qid), names)
             part = val.only(qid)
             if not part.examples:
                 continue
@@ -140,3 +137,10 @@ class MemoryStage(ModelForward):
             held, probs, labels = self._held_out_group(val, qids, calibration)
             if held:
                 self.held_out[self.fps[qids[0]]] = (probs, labels)
+
+
+def _reorder(own: list[str], names: list[str]) -> tuple[list[int], list[int]]:
+    """A question of a fingerprint group in the order of the group's first question's
+    ``names``: ``order`` picks its probability columns, ``relabel`` maps its labels."""
+    order = [own.index(name) for name in names]
+    return order, [order.index(i) for i in range(len(names))]
