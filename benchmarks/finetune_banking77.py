@@ -376,6 +376,14 @@ def main() -> None:
         help="full-set runs: an ensemble of K runs (own section full_ensembleK); each member "
         "is also scored alone",
     )
+    parser.add_argument(
+        "--shared-split",
+        type=float,
+        default=None,
+        metavar="F",
+        help="with --ensemble: the share of member 0's validation split that every member "
+        "holds out (own section full_ensembleK_sharedF)",
+    )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--variants", default=None, help="ablations to run (comma-separated)")
@@ -535,8 +543,10 @@ def main() -> None:
         "rl_epochs": "rl",
         "val_fraction": "val",
         "ensemble": "ensemble",
+        "shared_split": "shared",
     }
-    zero_is_a_value = {"brier_weight", "label_smoothing"}  # 0 switches the term off
+    # 0 switches the term off, or shares nothing
+    zero_is_a_value = {"brier_weight", "label_smoothing", "shared_split"}
     for section, (name, kw) in full_runs.items():
         if section in sections:
             data = sample_per_label(train, 5, seed=0) if args.quick else train

@@ -202,6 +202,15 @@ def register(sub: Any) -> None:
         "answer with their mean, recalibrated; K times the training and the backbone passes "
         "per decision (default 1)",
     )
+    p.add_argument(
+        "--shared-split",
+        type=float,
+        default=None,
+        metavar="F",
+        help="with --ensemble: the share of the first member's validation split that every "
+        "member holds out; each draws the rest with its own seed, so together they train on "
+        "more of the data (default 1: one split for all)",
+    )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
@@ -240,6 +249,7 @@ _FIELDS = (
     "memory_max_states",
     "memory_add_validation",
     "ensemble",
+    "shared_split",
     "seed",
     "device",
 )

@@ -133,6 +133,13 @@ class TrainConfig:
     split_seed: int | None = None
     """Seed of the validation split (default: ``seed``); the members of an ensemble share
     the ensemble's."""
+    shared_split: float = 1.0
+    """When ``split_seed`` is not ``seed`` (as for the members 1.. of an ensemble): the
+    share of the validation split taken from the split of ``split_seed``; the rest of it is
+    drawn with ``seed`` from the other states (:func:`~engine.train.data.split_indices`).
+    In an ensemble, 1 gives every member member 0's split; below 1 each member also holds
+    out states of its own, so together they train on more of the data, and the mean's
+    temperature is fitted on the states that every member held out."""
     seed: int = 0
     device: str | None = None
     progress: bool = True
@@ -214,6 +221,8 @@ class TrainConfig:
                 "ensemble fits its temperature on the members' shared validation split; it "
                 "needs val_fraction > 0 and no refit (whose model keeps no held-out states)"
             )
+        if not 0.0 <= self.shared_split <= 1.0:
+            raise ValueError(f"shared_split must be in [0, 1]; got {self.shared_split}")
         if self.memory_max_states < 1:
             raise ValueError(f"memory_max_states must be at least 1; got {self.memory_max_states}")
         if self.bank_init not in ("text", "examples"):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -335,22 +336,66 @@ def sample_per_label(data: TrainingSet, k: int, *, seed: int = 0) -> TrainingSet
     return data.subset(sorted(keep))
 
 
-def split(data: TrainingSet, fraction: float, *, seed: int = 0) -> tuple[TrainingSet, TrainingSet]:
-    """Stratified ``(train, validation)`` split; a label with one example stays in train."""
+def split(
+    data: TrainingSet,
+    fraction: float,
+    *,
+    seed: int = 0,
+    base_seed: int | None = None,
+    shared: float = 1.0,
+) -> tuple[TrainingSet, TrainingSet]:
+    """Stratified ``(train, validation)`` split; a label with one example stays in train.
+
+    ``base_seed`` and ``shared`` (see :func:`split_indices`) carve a split that shares part
+    of another seed's, as the members of an ensemble do (``TrainConfig.shared_split``)."""
+    train, val = split_indices(data, fraction, seed=seed, base_seed=base_seed, shared=shared)
+    return data.subset(train), data.subset(val)
+
+
+def split_indices(
+    data: TrainingSet,
+    fraction: float,
+    *,
+    seed: int = 0,
+    base_seed: int | None = None,
+    shared: float = 1.0,
+) -> tuple[list[int], list[int]]:
+    """The example indices of :func:`split`'s ``(train, validation)``, each sorted.
+
+    Per stratum (question and label) the split of ``base_seed`` (default ``seed``) holds
+    out ``fraction`` of the states. With ``shared < 1`` and a ``base_seed`` other than
+    ``seed``, only the first ``ceil(shared * n)`` of those ``n`` states are kept (the
+    *shared* part: the same for every ``seed``); the rest of the ``n`` are drawn with
+    ``seed`` from the stratum's other states. So the splits of several seeds on one
+    ``base_seed`` hold out as many states each, all share the shared part, and differ in
+    the rest. The split of ``seed == base_seed``, or of any seed with ``shared=0``, is the
+    plain split of ``seed``.
+    """
     if not 0.0 <= fraction < 1.0:
         raise ValueError(f"validation fraction must be in [0, 1); got {fraction}")
-    rng = random.Random(seed)
+    if not 0.0 <= shared <= 1.0:
+        raise ValueError(f"shared must be in [0, 1]; got {shared}")
+    base = random.Random(seed if base_seed is None else base_seed)
+    own = random.Random(seed)
+    mixed = base_seed is not None and base_seed != seed and shared < 1.0
     strata: dict[tuple[str, int], list[int]] = {}
     for i, ex in enumerate(data.examples):
         strata.setdefault(_stratum(ex), []).append(i)
     val: list[int] = []
     for key in sorted(strata):
         idx = list(strata[key])
-        rng.shuffle(idx)
+        base.shuffle(idx)
         take = round(fraction * len(idx))
         if fraction > 0 and len(idx) >= 2:
             take = max(1, take)
-        val.extend(idx[: min(take, len(idx) - 1)])
+        take = min(take, len(idx) - 1)
+        if mixed:
+            kept = idx[: math.ceil(shared * take)]
+            chosen = set(kept)
+            rest = [i for i in strata[key] if i not in chosen]
+            own.shuffle(rest)  # with shared=0: the plain split of seed
+            idx = kept + rest
+        val.extend(idx[:take])
     val_set = set(val)
     train = [i for i in range(len(data.examples)) if i not in val_set]
-    return data.subset(train), data.subset(sorted(val))
+    return train, sorted(val)

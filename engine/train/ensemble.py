@@ -4,15 +4,19 @@ Runs of the same recipe from different starts disagree on the hard cases; the me
 their calibrated answers is right more often than the average member (on BANKING77, +0.13
 macro-F1 over 4 seeds, ``docs/finetune.md``).
 :func:`fit_ensemble` trains ``ensemble`` runs with seeds ``seed``, ``seed + 1``, ... (each
-its own initialisation, batch order and dropout) on one validation split, the split of
-``split_seed`` (default ``seed``), so that every member is held out from the same states.
-Each member is a whole model dir under ``members/<i>`` with its own temperature and example
-memory. The members' answers on that split (calibrated, with the memory chosen there,
-before the split's states join it) are averaged, and one temperature per (question type,
-option-count bucket) is fitted on the average: averaging makes a set of calibrated models
-under-confident. The members chose their own temperatures and memories on the same split,
-so the mean's temperature is fitted on answers already tuned there; the test ECE in
-``docs/finetune.md`` measures what that costs.
+its own initialisation, batch order and dropout). Their validation splits are carved from
+the split of ``split_seed`` (default ``seed``): with ``shared_split=1`` (the default) every
+member holds out exactly that split; below 1 each member keeps that share of it and draws
+the rest of its held-out states with its own seed, so together the members train on more
+of the data (:func:`~engine.train.data.split_indices`). Member 0 (seed ``split_seed``)
+XX is a whole model dir under
+``members/<i>`` with its own temperature and example memory, chosen on its own split. The
+members' answers on the states that all of them held out (calibrated, with the memory
+chosen there, before the split's states join it) are averaged, and one temperature per
+(question type, option-count bucket) is fitted on the average: averaging makes a set of
+calibrated models under-confident. The members chose their own temperatures and memories
+on those states too, so the mean's temperature is fitted on answers already tuned there;
+the test ECE in ``docs/finetune.md`` measures what that costs.
 
 Layout::
 
@@ -43,7 +47,7 @@ from engine.calibration.fit import fit_calibrator
 from engine.calibration.temperature import Calibrator
 from engine.runtime.model_dir import CONFIG, ENSEMBLE_DIR, FORMAT, FORMAT_VERSION
 from engine.train.config import TrainResult
-from engine.train.data import TrainingDataError, TrainingSet, split
+from engine.train.data import TrainingDataError, TrainingSet, split_indices
 from engine.train.forward import _ece_after
 
 if TYPE_CHECKING:
@@ -79,25 +83,35 @@ def fit_ensemble(
     cfg = trainer.config
     checkpoint = out / CHECKPOINT_DIR
     split_seed = cfg.seed if cfg.split_seed is None else cfg.split_seed
-    members: list[TrainResult] = []
-    held: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = []
-    # Every question needs held-out states for the mean's temperature: say so before any
-    # member trains.
-    _, val = split(data, cfg.val_fraction, seed=split_seed)
+    member_configs = [
+        replace(cfg, ensemble=1, seed=cfg.seed + i, split_seed=split_seed, model_name=None)
+        for i in range(cfg.ensemble)
+    ]
+    # Each member's validation split, as its trainer carves it; the mean's temperature is
+    # fitted on the states all of them hold out, and every question needs some: say so
+    # before any member trains.
+    splits = [
+        split_indices(
+            data, cfg.val_fraction, seed=m.seed, base_seed=split_seed, shared=m.shared_split
+        )[1]
+        for m in member_configs
+    ]
+    common = set(splits[0]).intersection(*splits[1:])
     for qid in data.questions:
-        if not val.only(qid).examples:
+        if not any(qid in data.examples[i].labels for i in common):
             raise TrainingDataError(
-                f"question {qid!r} has no states in the validation split (val_fraction "
-                f"{cfg.val_fraction}); an ensemble fits the temperature of its mean there. "
-                "Give it more labelled states or raise val_fraction",
+                f"question {qid!r} has no states that every member holds out (val_fraction "
+                f"{cfg.val_fraction}, shared_split {cfg.shared_split}); an ensemble fits "
+                "the temperature of its mean there. Give it more labelled states or raise "
+                "val_fraction or shared_split",
                 field="val_fraction",
             )
-    for i in range(cfg.ensemble):
+    keys = [_row_keys(data, rows) for rows in splits]
+    members: list[TrainResult] = []
+    held: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = []
+    for i, member_cfg in enumerate(member_configs):
         directory = out / ENSEMBLE_DIR / str(i)
         saved = checkpoint / f"member{i}" / HELD_OUT
-        member_cfg = replace(
-            cfg, ensemble=1, seed=cfg.seed + i, split_seed=split_seed, model_name=None
-        )
         # What a kept member must have been trained with: this recipe, on as many states.
         recipe = json.dumps(
             {"config": asdict(member_cfg), "states": len(data)}, sort_keys=True, default=str
@@ -134,7 +148,7 @@ def fit_ensemble(
         del member  # one member's model in memory at a time
         gc.collect()
 
-    calibration, validation = _calibrate(held, data, members, histogram=cfg.histogram)
+    calibration, validation = _calibrate(held, data, members, histogram=cfg.histogram, keys=keys)
     config: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -183,40 +197,71 @@ def _calibrate(
     members: list[TrainResult],
     *,
     histogram: bool = False,
+    keys: list[dict[str, list[tuple[str, int]]]] | None = None,
 ) -> tuple[Calibrator, dict[str, float]]:
-    """The ensemble's temperatures, fitted on the members' mean answers on the shared
-    split, and the validation metrics of that mean before and after them (``accuracy``,
-    ``nll``, ``ece``, ``ece_calibrated``), beside ``members_accuracy``, the mean of the
-    members' own accuracies on the same answers."""
+    """The ensemble's temperatures, fitted on the members' mean answers on the states that
+    every member held out, and the validation metrics of that mean before and after them
+    (``accuracy``, ``nll``, ``ece``, ``ece_calibrated``), beside ``members_accuracy``, the
+    mean of the members' own accuracies on the same answers.
+
+    ``keys[i][fp]`` names the rows of ``held[i][fp]`` (:func:`_row_keys`); without
+    ``keys`` every member held out the same rows in the same order."""
     types = {}
     for qid, question in data.questions.items():
         types[_fingerprint(data, qid)] = str(getattr(question, "type", ""))
     logits: list[torch.Tensor] = []
     labels: list[int] = []
     kinds: list[str] = []
+    chosen: dict[str, list[torch.Tensor]] = {}  # per fingerprint, each member's rows
     for fp, (_, y) in held[0].items():
+        if keys is None:
+            rows = [torch.arange(len(y))] * len(held)
+        else:
+            for i, member in enumerate(held):
+                if fp in member and len(keys[i].get(fp, [])) != len(member[fp][1]):
+                    raise RuntimeError(
+                        f"ensemble member {i} held out {len(member[fp][1])} answers, "
+                        f"not the {len(keys[i].get(fp, []))} of its split"
+                    )
+            common = set(keys[0][fp]).intersection(*(k.get(fp, []) for k in keys[1:]))
+            rows = [
+                torch.tensor(
+                    [r for r, key in enumerate(k.get(fp, [])) if key in common], dtype=torch.long
+                )
+                for k in keys
+            ]
+        y = y[rows[0]]
         for i, member in enumerate(held[1:], start=1):
-            if fp not in member or not torch.equal(member[fp][1], y):
+            if fp not in member or not torch.equal(member[fp][1][rows[i]], y):
                 raise RuntimeError(
                     f"ensemble member {i} was not validated on the states of member 0 "
                     f"({members[i].directory})"
                 )
-        mean = torch.stack([m[fp][0].double() for m in held]).mean(dim=0)
+        if not len(y):
+            continue
+        chosen[fp] = rows
+        mean = torch.stack([m[fp][0][r].double() for m, r in zip(held, rows, strict=True)])
+        mean = mean.mean(dim=0)
         logits.extend(mean.clamp(min=1e-300).log())
         labels.extend(int(t) for t in y)
         kinds.extend([types[fp]] * len(y))
+    if not labels:
+        raise RuntimeError("the members of the ensemble held out no state in common")
     calibration = fit_calibrator(
         logits,
         labels,
         kinds,
         histogram=histogram,
-        source=f"validation split ({len(labels)} answers) of {data.source or 'training data'}, "
-        f"mean of {len(held)} members",
+        source=f"validation split ({len(labels)} answers held out by every member) of "
+        f"{data.source or 'training data'}, mean of {len(held)} members",
     )
     correct = [
-        sum(int(p.argmax()) == int(t) for p, t in zip(m[fp][0], m[fp][1], strict=True))
-        for m in held
-        for fp in held[0]
+        sum(
+            int(p.argmax()) == int(t)
+            for p, t in zip(m[fp][0][rows[i]], m[fp][1][rows[i]], strict=True)
+        )
+        for fp, rows in chosen.items()
+        for i, m in enumerate(held)
     ]
     nll = sum(float(-torch.log_softmax(r, -1)[t]) for r, t in zip(logits, labels, strict=True))
     accuracy = sum(int(r.argmax()) == t for r, t in zip(logits, labels, strict=True))
@@ -237,3 +282,15 @@ def _fingerprint(data: TrainingSet, qid: str) -> str:
     return fingerprint(
         str(getattr(question, "type", "")), data.names(qid), question_context(question)
     )
+
+
+def _row_keys(data: TrainingSet, held_out: list[int]) -> dict[str, list[tuple[str, int]]]:
+    """Per fingerprint, ``(question id, example index)`` of each row of a member's
+    :attr:`~engine.train.trainer.Trainer.held_out` answers, in their order: the group's
+    questions in ``data.questions`` order, each over the held-out examples it labels."""
+    keys: dict[str, list[tuple[str, int]]] = {}
+    for qid in data.questions:
+        keys.setdefault(_fingerprint(data, qid), []).extend(
+            (qid, i) for i in held_out if qid in data.examples[i].labels
+        )
+    return keys

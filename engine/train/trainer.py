@@ -244,8 +244,13 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             from engine.train.ensemble import fit_ensemble
 
             return fit_ensemble(self, data, out, resume=resume, unlabeled=unlabeled)
-        seed = cfg.seed if cfg.split_seed is None else cfg.split_seed
-        train, val = split(data, cfg.val_fraction, seed=seed)
+        train, val = split(
+            data,
+            cfg.val_fraction,
+            seed=cfg.seed,
+            base_seed=cfg.split_seed,
+            shared=cfg.shared_split,
+        )
         checkpoint = out / CHECKPOINT_DIR
         selection = checkpoint / SELECTION_FILE
         validation: dict[str, float] = {}

@@ -24,8 +24,8 @@ from engine.heads.memory import MEMORY_FILE
 from engine.heads.option_evidence import HEAD_FILE, fingerprint, question_context
 from engine.train import TrainConfig, Trainer, TrainingDataError
 from engine.train.config import TrainResult
-from engine.train.data import split
-from engine.train.ensemble import _calibrate
+from engine.train.data import split, split_indices
+from engine.train.ensemble import _calibrate, _row_keys
 
 pytest.importorskip("peft")
 pytestmark = pytest.mark.slow
@@ -119,6 +119,54 @@ def test_calibrate_on_synthetic_held_out_answers_fits_the_mean() -> None:
         _calibrate(held, data, members)
 
 
+def test_members_with_a_shared_part_of_the_split_hold_out_states_of_their_own(
+    backbone_dir, tmp_path
+) -> None:
+    """``shared_split=0.5``: each member holds out as many states, half of them member
+    0's, the rest its own; the mean's temperature is fitted on the states both held out."""
+    data = memorised()
+    cfg = config(epochs=1, ensemble=2, shared_split=0.5)
+    Trainer(cfg, backbone=str(backbone_dir)).fit(data, tmp_path)
+    reports = [json.loads((tmp_path / f"members/{i}/training.json").read_text()) for i in (0, 1)]
+    assert [r["config"]["shared_split"] for r in reports] == [0.5, 0.5]
+    held = [set(split_indices(data, 0.25, seed=i, base_seed=0, shared=0.5)[1]) for i in (0, 1)]
+    assert held[0] == set(split_indices(data, 0.25, seed=0)[1])  # member 0: the plain split
+    assert len(held[0]) == len(held[1]) == 60 and held[0] != held[1]
+    common = held[0] & held[1]
+    assert 30 <= len(common) < 60  # at least the shared half of each label's held-out states
+    source = json.loads((tmp_path / "config.json").read_text())["calibration"]["source"]
+    assert f"({len(common)} answers held out by every member)" in source
+    # Each member's memory holds its own held-out states: together they saw more states.
+    trained = [len(data) - len(h) for h in held]
+    assert [reports[i]["memory"]["route"]["validation_states"] for i in (0, 1)] == [60.0, 60.0]
+    assert len(held[0] | held[1]) > 60 and trained == [180, 180]
+
+
+def test_calibrate_aligns_the_members_rows_by_state() -> None:
+    """Members that held out different states: only the rows both held out count, matched
+    by (question, example index) whatever their position."""
+    data = memorised(n=30)
+    fp = fingerprint("choice", data.names("route"), question_context(data.questions["route"]))
+    g = torch.Generator().manual_seed(1)
+    probs = [torch.softmax(torch.randn(8, 3, generator=g, dtype=torch.float64), -1) for _ in "ab"]
+    labels = torch.randint(0, 3, (8,), generator=g)
+    keys = [[("route", i) for i in range(8)], [("route", i) for i in range(4, 12)]]
+    other = torch.cat([probs[1][4:], torch.full((4, 3), 1 / 3, dtype=torch.float64)])
+    other_labels = torch.cat([labels[4:], (labels[:4] + 1) % 3])  # rows 8..11: not member 0's
+    held = [{fp: (probs[0], labels)}, {fp: (other, other_labels)}]
+    members = [TrainResult(None, [], 1, {}, 0.0) for _ in held]  # type: ignore[arg-type]
+    aligned, validation = _calibrate(held, data, members, keys=[{fp: k} for k in keys])
+    expected, expected_validation = _calibrate(
+        [{fp: (probs[0][4:], labels[4:])}, {fp: (probs[1][4:], labels[4:])}], data, members
+    )
+    assert aligned.to_dict() | {"source": ""} == expected.to_dict() | {"source": ""}
+    assert validation == expected_validation
+    assert "(4 answers held out by every member)" in aligned.source
+    with pytest.raises(RuntimeError, match="member 1 held out 8 answers, not the 7 of its split"):
+        _calibrate(held, data, members, keys=[{fp: keys[0]}, {fp: keys[1][:7]}])
+    assert _row_keys(data, [3, 1])[fp] == [("route", 3), ("route", 1)]
+
+
 def test_ensemble_round_trips_moves_and_quantizes(ensemble, tmp_path) -> None:
     _, out = ensemble
     engine = DecisionEngine.from_pretrained(out, device="cpu")
@@ -177,7 +225,9 @@ def test_a_question_without_held_out_states_is_refused_before_training(backbone_
     data.questions["human"] = QUESTIONS["human"]
     data.examples[0].labels["human"], data.examples[1].labels["human"] = 0, 1
     trainer = Trainer(config(epochs=1, ensemble=2), backbone=str(backbone_dir))
-    with pytest.raises(TrainingDataError, match="question 'human' has no states in the validation"):
+    with pytest.raises(
+        TrainingDataError, match="question 'human' has no states that every member holds out"
+    ):
         trainer.fit(data, tmp_path)
     assert not (tmp_path / "members").exists()
 

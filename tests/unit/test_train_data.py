@@ -7,6 +7,7 @@ import json
 import pytest
 
 from engine.errors import InvalidRequestError
+from engine.train.config import TrainConfig
 from engine.train.data import (
     TrainingDataError,
     load_eval_data,
@@ -14,6 +15,7 @@ from engine.train.data import (
     load_unlabeled,
     sample_per_label,
     split,
+    split_indices,
 )
 
 
@@ -103,6 +105,29 @@ def test_sample_per_label_and_stratified_split(tmp_path) -> None:
     assert not {ex.state for ex in val.examples} & {ex.state for ex in train.examples}
     with pytest.raises(TrainingDataError, match="at least 1"):
         sample_per_label(data, 0)
+
+
+def test_a_split_sharing_part_of_another_seeds_split(tmp_path) -> None:
+    lines = ["text,label"] + [f"t{i},{'abc'[i % 3]}" for i in range(300)]
+    data = load_training_data(write(tmp_path, "d.csv", "\n".join(lines)))
+    base = split_indices(data, 0.2, seed=0)
+    assert split(data, 0.2, seed=0)[1].examples == data.subset(base[1]).examples
+    assert split_indices(data, 0.2, seed=0, base_seed=0, shared=0.5) == base
+    assert split_indices(data, 0.2, seed=3, base_seed=0, shared=1.0) == base
+    assert split_indices(data, 0.2, seed=3, base_seed=0, shared=0.0) == split_indices(
+        data, 0.2, seed=3
+    )
+    train, val = split_indices(data, 0.2, seed=3, base_seed=0, shared=0.5)
+    assert len(val) == len(base[1]) == 60 and sorted(train + val) == list(range(300))
+    # Per label: ceil(0.5 * 20) = 10 of the base split's states, the other 10 its own.
+    for label in range(3):
+        mine = [i for i in val if data.examples[i].labels["label"] == label]
+        theirs = [i for i in base[1] if data.examples[i].labels["label"] == label]
+        assert len(mine) == 20 and 10 <= len(set(mine) & set(theirs)) < 20
+    with pytest.raises(ValueError, match=r"shared must be in \[0, 1\]; got 1.5"):
+        split_indices(data, 0.2, seed=3, base_seed=0, shared=1.5)
+    with pytest.raises(ValueError, match=r"shared_split must be in \[0, 1\]; got -0.1"):
+        TrainConfig(shared_split=-0.1).check()
 
 
 def test_length_grouped_batches_hold_every_state_once_and_pad_less() -> None:
