@@ -381,7 +381,7 @@ def main() -> None:
         type=float,
         default=None,
         metavar="F",
-        help="with --ensemble: the share of member 0's validation split that every member "
+        help="with --ensemble: the share of the validation split of --seed that every member "
         "holds out (own section full_ensembleK_sharedF)",
     )
     parser.add_argument("--no-int8", action="store_true")

@@ -198,18 +198,18 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         metavar="K",
-        help="train K runs (seeds SEED..SEED+K-1, one validation split) into OUT/members/ and "
-        "answer with their mean, recalibrated; K times the training and the backbone passes "
-        "per decision (default 1)",
+        help="train K runs (seeds SEED..SEED+K-1; validation splits: see --shared-split) into "
+        "OUT/members/ and answer with their mean, recalibrated; K times the training and the "
+        "backbone passes per decision (default 1)",
     )
     p.add_argument(
         "--shared-split",
         type=float,
         default=None,
         metavar="F",
-        help="with --ensemble: the share of the first member's validation split that every "
-        "member holds out; each draws the rest with its own seed, so together they train on "
-        "more of the data (default 1: one split for all)",
+        help="with --ensemble: the share of the validation split of SEED that every member "
+        "holds out; each draws the rest with its own seed, so together they train on more of "
+        "the data (default 1: one split for all)",
     )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")

@@ -122,8 +122,9 @@ class TrainConfig:
     ``refit``). About twice the training time; the model sees ``1/(1-val_fraction)`` times
     the states. Needs ``val_fraction > 0`` and the option-evidence head."""
     ensemble: int = 1
-    """Train this many runs of the recipe, seeds ``seed`` .. ``seed + ensemble - 1``, on one
-    validation split, into ``members/0`` .. of the model dir; the engine averages their
+    """Train this many runs of the recipe, seeds ``seed`` .. ``seed + ensemble - 1``, on
+    validation splits that share ``shared_split`` of one, into ``members/0`` .. of the
+    model dir; the engine averages their
     calibrated answers (example memories included) and one temperature, fitted on the
     averaged held-out probabilities, calibrates the average (:mod:`engine.train.ensemble`).
     ``ensemble`` times the training time and the backbone passes per decision. On BANKING77
@@ -131,15 +132,16 @@ class TrainConfig:
     their members alone and 94.10 for the single runs of the same seeds; ECE 0.0119; 27 to
     29 min of training on 2 cores. 1: one model."""
     split_seed: int | None = None
-    """Seed of the validation split (default: ``seed``); the members of an ensemble share
-    the ensemble's."""
+    """Seed of the validation split (default: ``seed``); the members of an ensemble take
+    theirs from the ensemble's (see ``shared_split``)."""
     shared_split: float = 1.0
     """When ``split_seed`` is not ``seed`` (as for the members 1.. of an ensemble): the
     share of the validation split taken from the split of ``split_seed``; the rest of it is
     drawn with ``seed`` from the other states (:func:`~engine.train.data.split_indices`).
-    In an ensemble, 1 gives every member member 0's split; below 1 each member also holds
-    out states of its own, so together they train on more of the data, and the mean's
-    temperature is fitted on the states that every member held out."""
+    In an ensemble, 1 gives every member the split of ``split_seed``; below 1 each member
+    also holds out states of its own, so together they train on more of the data, and the
+    mean's temperature is fitted on the states that every member held out. Needs
+    ``ensemble > 1`` or a ``split_seed`` other than ``seed``."""
     seed: int = 0
     device: str | None = None
     progress: bool = True
@@ -223,6 +225,11 @@ class TrainConfig:
             )
         if not 0.0 <= self.shared_split <= 1.0:
             raise ValueError(f"shared_split must be in [0, 1]; got {self.shared_split}")
+        if self.shared_split < 1 and self.ensemble == 1 and self.split_seed in (None, self.seed):
+            raise ValueError(
+                "shared_split shares part of the split of split_seed; it needs ensemble > 1 "
+                "or a split_seed other than seed"
+            )
         if self.memory_max_states < 1:
             raise ValueError(f"memory_max_states must be at least 1; got {self.memory_max_states}")
         if self.bank_init not in ("text", "examples"):

@@ -390,7 +390,7 @@ def split_indices(
             take = max(1, take)
         take = min(take, len(idx) - 1)
         if mixed:
-            kept = idx[: math.ceil(shared * take)]
+            kept = idx[: math.ceil(round(shared * take, 9))]  # 0.07 * 100: 7, not 8
             chosen = set(kept)
             rest = [i for i in strata[key] if i not in chosen]
             own.shuffle(rest)  # with shared=0: the plain split of seed

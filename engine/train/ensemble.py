@@ -8,14 +8,16 @@ its own initialisation, batch order and dropout). Their validation splits are ca
 the split of ``split_seed`` (default ``seed``): with ``shared_split=1`` (the default) every
 member holds out exactly that split; below 1 each member keeps that share of it and draws
 the rest of its held-out states with its own seed, so together the members train on more
-of the data (:func:`~engine.train.data.split_indices`). Member 0 (seed ``split_seed``)
-XX is a whole model dir under
-``members/<i>`` with its own temperature and example memory, chosen on its own split. The
+of the data (:func:`~engine.train.data.split_indices`). With the default ``split_seed``,
+member 0 holds out the plain split of its seed, whatever ``shared_split``: it is the single
+run of ``seed``. Each member is a whole model dir under ``members/<i>`` with its own
+temperature and example memory, chosen on its own split. The
 members' answers on the states that all of them held out (calibrated, with the memory
 chosen there, before the split's states join it) are averaged, and one temperature per
 (question type, option-count bucket) is fitted on the average: averaging makes a set of
-calibrated models under-confident. The members chose their own temperatures and memories
-on those states too, so the mean's temperature is fitted on answers already tuned there;
+calibrated models under-confident. Each member chose its own temperature and memory on
+its split, those states included, so the mean's temperature is fitted on answers already
+tuned there;
 the test ECE in ``docs/finetune.md`` measures what that costs.
 
 Layout::
@@ -75,7 +77,7 @@ def fit_ensemble(
     kept, and an interrupted one continues from its checkpoint.
 
     Raises:
-        TrainingDataError: A question has no states in the validation split.
+        TrainingDataError: A question has no states that every member holds out.
     """
     from engine.train.trainer import CHECKPOINT_DIR, Trainer
 
@@ -104,7 +106,7 @@ def fit_ensemble(
                 f"{cfg.val_fraction}, shared_split {cfg.shared_split}); an ensemble fits "
                 "the temperature of its mean there. Give it more labelled states or raise "
                 "val_fraction or shared_split",
-                field="val_fraction",
+                field="shared_split" if cfg.shared_split < 1 else "val_fraction",
             )
     keys = [_row_keys(data, rows) for rows in splits]
     members: list[TrainResult] = []
