@@ -63,6 +63,7 @@ from engine.train import (  # noqa: E402
     load_training_data,
     sample_per_label,
 )
+from engine.train.config import ENSEMBLE_SHARED_SPLIT  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "finetune_banking77.json"
 QUICK = False
@@ -382,7 +383,7 @@ def main() -> None:
         default=None,
         metavar="F",
         help="with --ensemble: the share of the validation split of --seed that every member "
-        "holds out (own section full_ensembleK_sharedF)",
+        "holds out (default: TrainConfig's, 0.5; sections full_ensembleK_sharedF)",
     )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -390,6 +391,8 @@ def main() -> None:
     args = parser.parse_args()
     global QUICK
     QUICK = args.quick
+    if args.ensemble and args.ensemble > 1 and args.shared_split is None:
+        args.shared_split = ENSEMBLE_SHARED_SPLIT  # named in the section: full_ensemble2_shared0.5
     if args.threads:
         torch.set_num_threads(args.threads)
     sections = args.only or [

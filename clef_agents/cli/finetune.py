@@ -209,7 +209,7 @@ def register(sub: Any) -> None:
         metavar="F",
         help="with --ensemble: the share of the validation split of SEED that every member "
         "holds out; each draws the rest with its own seed, so together they train on more of "
-        "the data (default 1: one split for all)",
+        "the data (default 0.5; 1: one split for all)",
     )
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")

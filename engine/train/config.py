@@ -134,14 +134,15 @@ class TrainConfig:
     split_seed: int | None = None
     """Seed of the validation split (default: ``seed``); the members of an ensemble take
     theirs from the ensemble's (see ``shared_split``)."""
-    shared_split: float = 1.0
-    """When ``split_seed`` is not ``seed`` (as for the members 1.. of an ensemble): the
-    share of the validation split taken from the split of ``split_seed``; the rest of it is
-    drawn with ``seed`` from the other states (:func:`~engine.train.data.split_indices`).
-    In an ensemble, 1 gives every member the split of ``split_seed``; below 1 each member
-    also holds out states of its own, so together they train on more of the data, and the
-    mean's temperature is fitted on the states that every member held out. Needs
-    ``ensemble > 1`` or a ``split_seed`` other than ``seed``."""
+    shared_split: float | None = None
+    """How much of the validation split of ``split_seed`` a run holds out when ``split_seed``
+    is not its ``seed``, as for the members 1.. of an ensemble: per label that share of it,
+    the rest drawn with ``seed`` from the other states
+    (:func:`~engine.train.data.split_indices`). 1: every member of an ensemble holds out
+    the split of ``split_seed``; below 1 each member also holds out states of its own, so
+    together they train on more of the data, and the mean's temperature is fitted on the
+    states that every member held out. ``None`` (default): ``ENSEMBLE_SHARED_SPLIT`` in an
+    ensemble, 1 otherwise. A value needs ``ensemble > 1`` or a ``split_seed``."""
     seed: int = 0
     device: str | None = None
     progress: bool = True
@@ -220,16 +221,17 @@ class TrainConfig:
             raise ValueError(f"ensemble must be at least 1; got {self.ensemble}")
         if self.ensemble > 1 and (self.val_fraction == 0 or self.refit):
             raise ValueError(
-                "ensemble fits its temperature on the members' shared validation split; it "
+                "ensemble fits its temperature on states its members held out; it "
                 "needs val_fraction > 0 and no refit (whose model keeps no held-out states)"
             )
-        if not 0.0 <= self.shared_split <= 1.0:
-            raise ValueError(f"shared_split must be in [0, 1]; got {self.shared_split}")
-        if self.shared_split < 1 and self.ensemble == 1 and self.split_seed in (None, self.seed):
-            raise ValueError(
-                "shared_split shares part of the split of split_seed; it needs ensemble > 1 "
-                "or a split_seed other than seed"
-            )
+        if self.shared_split is not None:
+            if not 0.0 <= self.shared_split <= 1.0:
+                raise ValueError(f"shared_split must be in [0, 1]; got {self.shared_split}")
+            if self.ensemble == 1 and self.split_seed is None:
+                raise ValueError(
+                    "shared_split shares part of the split of split_seed; it needs "
+                    "ensemble > 1 or a split_seed"
+                )
         if self.memory_max_states < 1:
             raise ValueError(f"memory_max_states must be at least 1; got {self.memory_max_states}")
         if self.bank_init not in ("text", "examples"):
@@ -238,6 +240,10 @@ class TrainConfig:
             raise ValueError(f"label_smoothing must be in [0, 1); got {self.label_smoothing}")
         if self.brier_weight < 0 or self.ordinal_weight < 0:
             raise ValueError("brier_weight and ordinal_weight must be non-negative")
+
+
+ENSEMBLE_SHARED_SPLIT = 0.5
+"""``TrainConfig.shared_split`` of an ensemble's members when it is not given."""
 
 
 @dataclass

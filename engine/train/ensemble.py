@@ -1,24 +1,26 @@
 """An ensemble of fine-tuning runs as one model dir (``TrainConfig.ensemble``).
 
 Runs of the same recipe from different starts disagree on the hard cases; the mean of
-their calibrated answers is right more often than the average member (on BANKING77, +0.13
-macro-F1 over 4 seeds, ``docs/finetune.md``).
+their calibrated answers is right more often than the average member (BANKING77 numbers in
+``docs/finetune.md``, "Ensembles").
+
 :func:`fit_ensemble` trains ``ensemble`` runs with seeds ``seed``, ``seed + 1``, ... (each
 its own initialisation, batch order and dropout). Their validation splits are carved from
-the split of ``split_seed`` (default ``seed``): with ``shared_split=1`` (the default) every
-member holds out exactly that split; below 1 each member keeps that share of it and draws
-the rest of its held-out states with its own seed, so together the members train on more
-of the data (:func:`~engine.train.data.split_indices`). With the default ``split_seed``,
-member 0 holds out the plain split of its seed, whatever ``shared_split``: it is the single
-run of ``seed``. Each member is a whole model dir under ``members/<i>`` with its own
-temperature and example memory, chosen on its own split. The
-members' answers on the states that all of them held out (calibrated, with the memory
+the split of ``split_seed`` (default ``seed``) by ``shared_split``
+(:func:`~engine.train.data.split_indices`): each member keeps that share of it, per
+label, and draws the rest of its held-out states with its own seed (default
+``ENSEMBLE_SHARED_SPLIT``, 0.5), so together the members train on more of the data than
+any one of them; with 1 every member holds out exactly that split. With the default
+``split_seed``, member 0 holds out the plain split of its seed whatever ``shared_split``:
+it is the single run of ``seed``. Each member is a whole model dir under ``members/<i>``
+with its own temperature and example memory, chosen on its own split.
+
+The members' answers on the states that all of them held out (calibrated, with the memory
 chosen there, before the split's states join it) are averaged, and one temperature per
 (question type, option-count bucket) is fitted on the average: averaging makes a set of
-calibrated models under-confident. Each member chose its own temperature and memory on
-its split, those states included, so the mean's temperature is fitted on answers already
-tuned there;
-the test ECE in ``docs/finetune.md`` measures what that costs.
+calibrated models under-confident. Each member chose its own temperature and memory on its
+split, those states included, so the mean's temperature is fitted on answers already tuned
+there; the test ECE in ``docs/finetune.md`` measures what that costs.
 
 Layout::
 
@@ -48,7 +50,7 @@ from engine.backbones import PACKAGED
 from engine.calibration.fit import fit_calibrator
 from engine.calibration.temperature import Calibrator
 from engine.runtime.model_dir import CONFIG, ENSEMBLE_DIR, FORMAT, FORMAT_VERSION
-from engine.train.config import TrainResult
+from engine.train.config import ENSEMBLE_SHARED_SPLIT, TrainResult
 from engine.train.data import TrainingDataError, TrainingSet, split_indices
 from engine.train.forward import _ece_after
 
@@ -58,8 +60,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HELD_OUT = "held_out.pt"
-"""In each finished member's checkpoint folder: its answers on the shared split, so that
-``resume=True`` does not train a finished member again."""
+"""In each finished member's checkpoint folder: its answers on its validation split, so
+that ``resume=True`` does not train a finished member again."""
 
 
 def fit_ensemble(
@@ -85,17 +87,23 @@ def fit_ensemble(
     cfg = trainer.config
     checkpoint = out / CHECKPOINT_DIR
     split_seed = cfg.seed if cfg.split_seed is None else cfg.split_seed
+    shared = ENSEMBLE_SHARED_SPLIT if cfg.shared_split is None else cfg.shared_split
     member_configs = [
-        replace(cfg, ensemble=1, seed=cfg.seed + i, split_seed=split_seed, model_name=None)
+        replace(
+            cfg,
+            ensemble=1,
+            seed=cfg.seed + i,
+            split_seed=split_seed,
+            shared_split=shared,
+            model_name=None,
+        )
         for i in range(cfg.ensemble)
     ]
     # Each member's validation split, as its trainer carves it; the mean's temperature is
     # fitted on the states all of them hold out, and every question needs some: say so
     # before any member trains.
     splits = [
-        split_indices(
-            data, cfg.val_fraction, seed=m.seed, base_seed=split_seed, shared=m.shared_split
-        )[1]
+        split_indices(data, cfg.val_fraction, seed=m.seed, base_seed=split_seed, shared=shared)[1]
         for m in member_configs
     ]
     common = set(splits[0]).intersection(*splits[1:])
@@ -103,10 +111,10 @@ def fit_ensemble(
         if not any(qid in data.examples[i].labels for i in common):
             raise TrainingDataError(
                 f"question {qid!r} has no states that every member holds out (val_fraction "
-                f"{cfg.val_fraction}, shared_split {cfg.shared_split}); an ensemble fits "
+                f"{cfg.val_fraction}, shared_split {shared:g}); an ensemble fits "
                 "the temperature of its mean there. Give it more labelled states or raise "
                 "val_fraction or shared_split",
-                field="shared_split" if cfg.shared_split < 1 else "val_fraction",
+                field="shared_split" if shared < 1 else "val_fraction",
             )
     keys = [_row_keys(data, rows) for rows in splits]
     members: list[TrainResult] = []

@@ -249,7 +249,7 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             cfg.val_fraction,
             seed=cfg.seed,
             base_seed=cfg.split_seed,
-            shared=cfg.shared_split,
+            shared=1.0 if cfg.shared_split is None else cfg.shared_split,
         )
         checkpoint = out / CHECKPOINT_DIR
         selection = checkpoint / SELECTION_FILE

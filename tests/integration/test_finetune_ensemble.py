@@ -1,6 +1,7 @@
 """An ensemble of fine-tuning runs (``TrainConfig(ensemble=K)``) on a tiny random encoder:
-one shared validation split, the recalibrated mean of the members' answers, save/load,
-int8, resume and the errors of a bad config or model dir."""
+validation splits that share a part, the recalibrated mean of the members' answers on the
+states all of them held out, save/load, int8, resume and the errors of a bad config or
+model dir."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from engine.heads.ensemble import EnsembleHead
 from engine.heads.memory import MEMORY_FILE
 from engine.heads.option_evidence import HEAD_FILE, fingerprint, question_context
 from engine.train import TrainConfig, Trainer, TrainingDataError
-from engine.train.config import TrainResult
+from engine.train.config import ENSEMBLE_SHARED_SPLIT, TrainResult
 from engine.train.data import split, split_indices
 from engine.train.ensemble import _calibrate, _row_keys
 
@@ -40,7 +41,7 @@ def ensemble(backbone_dir, tmp_path_factory):
     return result, out
 
 
-def test_members_share_one_split_and_differ_in_their_start(ensemble) -> None:
+def test_members_differ_in_their_start_and_part_of_their_split(ensemble) -> None:
     result, out = ensemble
     config = json.loads((out / "config.json").read_text())
     assert config["ensemble"] == ["members/0", "members/1"]
@@ -48,6 +49,7 @@ def test_members_share_one_split_and_differ_in_their_start(ensemble) -> None:
     assert "mean of 2 members" in config["calibration"]["source"]
     reports = [json.loads((out / m / "training.json").read_text()) for m in config["ensemble"]]
     assert [(r["config"]["seed"], r["config"]["split_seed"]) for r in reports] == [(0, 0), (1, 0)]
+    assert [r["config"]["shared_split"] for r in reports] == [ENSEMBLE_SHARED_SPLIT] * 2
     assert [r["config"]["ensemble"] for r in reports] == [1, 1]
     assert all((out / m / MEMORY_FILE).is_file() for m in config["ensemble"])
     assert (out / "members/0" / HEAD_FILE).read_bytes() != (
@@ -119,27 +121,31 @@ def test_calibrate_on_synthetic_held_out_answers_fits_the_mean() -> None:
         _calibrate(held, data, members)
 
 
-def test_members_with_a_shared_part_of_the_split_hold_out_states_of_their_own(
-    backbone_dir, tmp_path
-) -> None:
-    """``shared_split=0.5``: each member holds out as many states, half of them member
-    0's, the rest its own; the mean's temperature is fitted on the states both held out."""
+def test_members_hold_out_a_shared_part_of_the_split_and_states_of_their_own(ensemble) -> None:
+    """By default (``shared_split`` 0.5) each member holds out as many states, half of
+    them member 0's, the rest its own; the mean's temperature is fitted on the states both
+    held out, and each member's memory adds its own."""
+    _, out = ensemble
     data = memorised()
-    cfg = config(epochs=1, ensemble=2, shared_split=0.5)
-    Trainer(cfg, backbone=str(backbone_dir)).fit(data, tmp_path)
-    reports = [json.loads((tmp_path / f"members/{i}/training.json").read_text()) for i in (0, 1)]
-    assert [r["config"]["shared_split"] for r in reports] == [0.5, 0.5]
+    reports = [json.loads((out / f"members/{i}/training.json").read_text()) for i in (0, 1)]
     held = [set(split_indices(data, 0.25, seed=i, base_seed=0, shared=0.5)[1]) for i in (0, 1)]
     assert held[0] == set(split_indices(data, 0.25, seed=0)[1])  # member 0: the plain split
     assert len(held[0]) == len(held[1]) == 60 and held[0] != held[1]
     common = held[0] & held[1]
     assert 30 <= len(common) < 60  # at least the shared half of each label's held-out states
-    source = json.loads((tmp_path / "config.json").read_text())["calibration"]["source"]
+    source = json.loads((out / "config.json").read_text())["calibration"]["source"]
     assert f"({len(common)} answers held out by every member)" in source
-    # Each member's memory holds its own held-out states: together they saw more states.
-    trained = [len(data) - len(h) for h in held]
     assert [reports[i]["memory"]["route"]["validation_states"] for i in (0, 1)] == [60.0, 60.0]
-    assert len(held[0] | held[1]) > 60 and trained == [180, 180]
+    assert len(held[0] | held[1]) > 60  # together the members trained on more states
+
+
+def test_with_shared_split_one_every_member_holds_out_one_split(backbone_dir, tmp_path) -> None:
+    cfg = config(epochs=1, ensemble=2, shared_split=1.0, memory=False)
+    Trainer(cfg, backbone=str(backbone_dir)).fit(memorised(), tmp_path)
+    source = json.loads((tmp_path / "config.json").read_text())["calibration"]["source"]
+    assert "(60 answers held out by every member)" in source
+    reports = [json.loads((tmp_path / f"members/{i}/training.json").read_text()) for i in (0, 1)]
+    assert [r["config"]["shared_split"] for r in reports] == [1.0, 1.0]
 
 
 def test_calibrate_aligns_the_members_rows_by_state() -> None:
