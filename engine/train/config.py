@@ -128,9 +128,10 @@ class TrainConfig:
     calibrated answers (example memories included) and one temperature, fitted on the
     averaged held-out probabilities, calibrates the average (:mod:`engine.train.ensemble`).
     ``ensemble`` times the training time and the backbone passes per decision. On BANKING77
-    (4 seeds, ``docs/finetune.md``) two runs gave test macro-F1 94.07, against 93.95 for
-    their members alone and 94.10 for the single runs of the same seeds; ECE 0.0119; 27 to
-    29 min of training on 2 cores. 1: one model."""
+    (4 seeds, ``docs/finetune.md``) two runs gave test macro-F1 94.18, against 94.02 for
+    their members alone, 94.10 for the single runs of the same seeds and 94.07 for two
+    runs on one split (``shared_split=1``); ECE 0.0137; 26 to 29 min of training on 2
+    cores. 1: one model."""
     split_seed: int | None = None
     """Seed of the validation split (default: ``seed``); the members of an ensemble take
     theirs from the ensemble's (see ``shared_split``)."""
