@@ -383,7 +383,13 @@ def main() -> None:
         default=None,
         metavar="F",
         help="with --ensemble: the share of the validation split of --seed that every member "
-        "holds out (default: TrainConfig's, 0.5; sections full_ensembleK_sharedF)",
+        "holds out (default: TrainConfig's, 0; sections full_ensembleK_sharedF)",
+    )
+    parser.add_argument(
+        "--ensemble-temperature",
+        action="store_true",
+        help="with --ensemble: fit a temperature for the members' mean (own sections "
+        "..._temperature)",
     )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -392,7 +398,7 @@ def main() -> None:
     global QUICK
     QUICK = args.quick
     if args.ensemble and args.ensemble > 1 and args.shared_split is None:
-        args.shared_split = ENSEMBLE_SHARED_SPLIT  # named in the section: full_ensemble2_shared0.5
+        args.shared_split = ENSEMBLE_SHARED_SPLIT  # named in the section: full_ensemble2_shared0
     if args.threads:
         torch.set_num_threads(args.threads)
     sections = args.only or [
@@ -547,6 +553,7 @@ def main() -> None:
         "val_fraction": "val",
         "ensemble": "ensemble",
         "shared_split": "shared",
+        "ensemble_temperature": "temperature",
     }
     # 0 switches the term off, or shares nothing
     zero_is_a_value = {"brier_weight", "label_smoothing", "shared_split"}

@@ -3,8 +3,9 @@
 A model dir trained with ``TrainConfig(ensemble=K)`` (:mod:`engine.train.ensemble`) holds K
 fine-tuned model dirs. For a question the members were trained on, every member answers it
 as it would alone (its adapted backbone, head, temperature and example memory), the
-probabilities are averaged, and the ensemble's own temperature, fitted on the states
-that every member held out, calibrates the mean: ``softmax(log(mean) / T)``. Every other
+probabilities are averaged. When the ensemble was trained with ``ensemble_temperature``,
+its own temperature, fitted on the states that every member held out, calibrates the mean:
+``softmax(log(mean) / T)``; by default T is 1 and the answer is the mean. Every other
 question is answered zero-shot once, by the first member's base engine, as a single
 fine-tuned model answers it.
 

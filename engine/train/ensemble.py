@@ -8,19 +8,20 @@ their calibrated answers is right more often than the average member (BANKING77 
 its own initialisation, batch order and dropout). Their validation splits are carved from
 the split of ``split_seed`` (default ``seed``) by ``shared_split``
 (:func:`~engine.train.data.split_indices`): each member keeps that share of it, per
-label, and draws the rest of its held-out states with its own seed (default
-``ENSEMBLE_SHARED_SPLIT``, 0.5), so together the members train on more of the data than
-any one of them; with 1 every member holds out exactly that split. With the default
-``split_seed``, member 0 holds out the plain split of its seed whatever ``shared_split``:
-it is the single run of ``seed``. Each member is a whole model dir under ``members/<i>``
-with its own temperature and example memory, chosen on its own split.
+label, and draws the rest of its held-out states with its own seed. The default
+(``ENSEMBLE_SHARED_SPLIT``, 0) shares nothing: member i holds out the split of its own
+seed and is the single run of ``seed + i``; with 1 every member holds out exactly the
+split of ``split_seed``. Each member is a whole model dir under ``members/<i>`` with its
+own temperature and example memory, chosen on its own split.
 
-The members' answers on the states that all of them held out (calibrated, with the memory
-chosen there, before the split's states join it) are averaged, and one temperature per
-(question type, option-count bucket) is fitted on the average: averaging makes a set of
-calibrated models under-confident. Each member chose its own temperature and memory on its
-split, those states included, so the mean's temperature is fitted on answers already tuned
-there; the test ECE in ``docs/finetune.md`` measures what that costs.
+The engine answers with the mean of the members' calibrated answers. That mean is scored
+on the states that every member held out (calibrated, with the memory chosen there, before
+the split's states join it), where there are any: ``training.json``'s ``validation``.
+With ``ensemble_temperature`` one temperature per (question type, option-count bucket) is
+also fitted there and applied to the mean (averaging calibrated models tends to make them
+under-confident). It is off by default: each member chose its own temperature and memory
+on its split, those states included, so the fit is biased, and on BANKING77 it never
+lowered test ECE (``docs/finetune.md``, "Ensembles").
 
 Layout::
 
@@ -72,14 +73,16 @@ def fit_ensemble(
     resume: bool = False,
     unlabeled: Sequence[str] | None = None,
 ) -> TrainResult:
-    """Train ``trainer.config.ensemble`` members into ``out/members/<i>``, then fit the
-    ensemble's temperature and write ``out/config.json``; see the module docstring.
+    """Train ``trainer.config.ensemble`` members into ``out/members/<i>``, score their mean
+    on the states all of them held out (with ``ensemble_temperature``, fit its temperature
+    there) and write ``out/config.json``; see the module docstring.
 
     With ``resume=True`` a member that finished with the same recipe on as many states is
     kept, and an interrupted one continues from its checkpoint.
 
     Raises:
-        TrainingDataError: A question has no states that every member holds out.
+        TrainingDataError: With ``ensemble_temperature``, a question has no states that
+            every member holds out.
     """
     from engine.train.trainer import CHECKPOINT_DIR, Trainer
 
@@ -92,6 +95,7 @@ def fit_ensemble(
         replace(
             cfg,
             ensemble=1,
+            ensemble_temperature=False,
             seed=cfg.seed + i,
             split_seed=split_seed,
             shared_split=shared,
@@ -99,15 +103,15 @@ def fit_ensemble(
         )
         for i in range(cfg.ensemble)
     ]
-    # Each member's validation split, as its trainer carves it; the mean's temperature is
-    # fitted on the states all of them hold out, and every question needs some: say so
-    # before any member trains.
+    # Each member's validation split, as its trainer carves it; the mean is scored (and,
+    # with ensemble_temperature, calibrated) on the states all of them hold out. A fit
+    # needs some for every question: say so before any member trains.
     splits = [
         split_indices(data, cfg.val_fraction, seed=m.seed, base_seed=split_seed, shared=shared)[1]
         for m in member_configs
     ]
     common = set(splits[0]).intersection(*splits[1:])
-    for qid in data.questions:
+    for qid in data.questions if cfg.ensemble_temperature else ():
         if not any(qid in data.examples[i].labels for i in common):
             raise TrainingDataError(
                 f"question {qid!r} has no states that every member holds out (val_fraction "
@@ -158,7 +162,9 @@ def fit_ensemble(
         del member  # one member's model in memory at a time
         gc.collect()
 
-    calibration, validation = _calibrate(held, data, members, histogram=cfg.histogram, keys=keys)
+    calibration, validation = _calibrate(
+        held, data, members, histogram=cfg.histogram, keys=keys, fit=cfg.ensemble_temperature
+    )
     config: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -208,11 +214,14 @@ def _calibrate(
     *,
     histogram: bool = False,
     keys: list[dict[str, list[tuple[str, int]]]] | None = None,
+    fit: bool = True,
 ) -> tuple[Calibrator, dict[str, float]]:
     """The ensemble's temperatures, fitted on the members' mean answers on the states that
-    every member held out, and the validation metrics of that mean before and after them
-    (``accuracy``, ``nll``, ``ece``, ``ece_calibrated``), beside ``members_accuracy``, the
-    mean of the members' own accuracies on the same answers.
+    every member held out (with ``fit=False`` none: the identity), and the validation
+    metrics of that mean before and after them (``accuracy``, ``nll``, ``ece``,
+    ``ece_calibrated``), beside ``members_accuracy``, the mean of the members' own
+    accuracies on the same answers. Without such states and ``fit=False``: the identity
+    and no metrics.
 
     ``keys[i][fp]`` names the rows of ``held[i][fp]`` (:func:`_row_keys`); without
     ``keys`` every member held out the same rows in the same order."""
@@ -255,16 +264,24 @@ def _calibrate(
         logits.extend(mean.clamp(min=1e-300).log())
         labels.extend(int(t) for t in y)
         kinds.extend([types[fp]] * len(y))
-    if not labels:
-        raise RuntimeError("the members of the ensemble held out no state in common")
-    calibration = fit_calibrator(
-        logits,
-        labels,
-        kinds,
-        histogram=histogram,
-        source=f"validation split ({len(labels)} answers held out by every member) of "
-        f"{data.source or 'training data'}, mean of {len(held)} members",
+    identity = Calibrator(
+        source=f"none: the mean of {len(held)} calibrated members (ensemble_temperature off)"
     )
+    if not labels:
+        if not fit:
+            return identity, {}
+        raise RuntimeError("the members of the ensemble held out no state in common")
+    if fit:
+        calibration = fit_calibrator(
+            logits,
+            labels,
+            kinds,
+            histogram=histogram,
+            source=f"validation split ({len(labels)} answers held out by every member) of "
+            f"{data.source or 'training data'}, mean of {len(held)} members",
+        )
+    else:
+        calibration = identity
     correct = [
         sum(
             int(p.argmax()) == int(t)
@@ -281,6 +298,7 @@ def _calibrate(
         "ece": _ece_after(None, logits, labels, kinds),
         "ece_calibrated": _ece_after(calibration, logits, labels, kinds),
         "members_accuracy": sum(correct) / (len(labels) * len(held)),
+        "answers": float(len(labels)),
     }
     return calibration, validation
 

@@ -319,10 +319,13 @@ def test_finetune_keeps_an_example_memory_and_calibrate_refits_it(tiny_dir, tmp_
 
 def test_finetune_an_ensemble_then_calibrate_its_mean(tiny_dir, tmp_path, capsys) -> None:
     out, args = small_finetune(tiny_dir, tmp_path)
-    assert main([*args, "--epochs", "1", "--ensemble", "2", "--val-fraction", "0.3"]) == 0
+    ensemble = ["--ensemble", "2", "--shared-split", "1", "--ensemble-temperature"]
+    assert main([*args, "--epochs", "1", *ensemble, "--val-fraction", "0.3"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert len(summary["members"]) == 2 and "ece_calibrated" in summary["validation"]
-    assert json.loads((out / "config.json").read_text())["ensemble"] == ["members/0", "members/1"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["ensemble"] == ["members/0", "members/1"]
+    assert "held out by every member" in config["calibration"]["source"]
     heldout = tmp_path / "heldout.csv"
     write_csv(heldout, 30, seed=1)
     calibrated = tmp_path / "calibrated"

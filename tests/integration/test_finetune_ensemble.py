@@ -1,7 +1,7 @@
 """An ensemble of fine-tuning runs (``TrainConfig(ensemble=K)``) on a tiny random encoder:
-validation splits that share a part, the recalibrated mean of the members' answers on the
-states all of them held out, save/load, int8, resume and the errors of a bad config or
-model dir."""
+independent or shared validation splits, the mean of the members' answers (recalibrated on
+the states all of them held out with ``ensemble_temperature``), save/load, int8, resume and
+the errors of a bad config or model dir."""
 
 from __future__ import annotations
 
@@ -41,12 +41,14 @@ def ensemble(backbone_dir, tmp_path_factory):
     return result, out
 
 
-def test_members_differ_in_their_start_and_part_of_their_split(ensemble) -> None:
+def test_members_differ_in_their_start_and_their_split(ensemble) -> None:
     result, out = ensemble
     config = json.loads((out / "config.json").read_text())
     assert config["ensemble"] == ["members/0", "members/1"]
-    assert "choice/b2" in config["calibration"]["temperatures"]
-    assert "mean of 2 members" in config["calibration"]["source"]
+    # By default the mean gets no temperature of its own.
+    assert config["calibration"]["temperatures"] == {}
+    source = config["calibration"]["source"]
+    assert "mean of 2 calibrated members (ensemble_temperature off)" in source
     reports = [json.loads((out / m / "training.json").read_text()) for m in config["ensemble"]]
     assert [(r["config"]["seed"], r["config"]["split_seed"]) for r in reports] == [(0, 0), (1, 0)]
     assert [r["config"]["shared_split"] for r in reports] == [ENSEMBLE_SHARED_SPLIT] * 2
@@ -64,7 +66,9 @@ def test_members_differ_in_their_start_and_part_of_their_split(ensemble) -> None
         "ece",
         "ece_calibrated",
         "members_accuracy",
+        "answers",
     }
+    assert top["validation"]["ece_calibrated"] == top["validation"]["ece"]
     assert len(result.members) == 2 and result.validation == top["validation"]
     assert {h["member"] for h in result.history} == {0.0, 1.0}
 
@@ -76,17 +80,15 @@ def test_member_zero_is_the_plain_run_of_the_same_seed(backbone_dir, ensemble, t
         assert (tmp_path / name).read_bytes() == (out / "members/0" / name).read_bytes()
 
 
-def test_answers_are_the_recalibrated_mean_of_the_members(ensemble) -> None:
+def test_answers_are_the_mean_of_the_members(ensemble) -> None:
     _, out = ensemble
     engine = DecisionEngine.from_pretrained(out, device="cpu")
     assert isinstance(engine.head, EnsembleHead)
     members = [DecisionEngine.from_pretrained(out / f"members/{i}", device="cpu") for i in (0, 1)]
     texts = [ex.state for ex in memorised(n=12, seed=1).examples]
     mean = sum(route_probabilities(m, texts) for m in members) / 2
-    temperature = engine.calibrator.temperature("choice", 3)
-    assert temperature != 1.0
-    expected = torch.softmax(mean.log() / temperature, dim=-1)
-    torch.testing.assert_close(route_probabilities(engine, texts), expected, atol=1e-9, rtol=0)
+    assert engine.calibrator.temperature("choice", 3) == 1.0
+    torch.testing.assert_close(route_probabilities(engine, texts), mean, atol=1e-9, rtol=0)
     # A question the members were not trained on: zero-shot, as the first member answers it.
     other = {"urgent": Noul(instructions="is this urgent?")}
     assert not engine.head.knows(other["urgent"])
@@ -121,31 +123,45 @@ def test_calibrate_on_synthetic_held_out_answers_fits_the_mean() -> None:
         _calibrate(held, data, members)
 
 
-def test_members_hold_out_a_shared_part_of_the_split_and_states_of_their_own(ensemble) -> None:
-    """By default (``shared_split`` 0.5) each member holds out as many states, half of
-    them member 0's, the rest its own; the mean's temperature is fitted on the states both
-    held out, and each member's memory adds its own."""
+def test_members_hold_out_the_splits_of_their_own_seeds(backbone_dir, ensemble, tmp_path) -> None:
+    """By default (``shared_split`` 0) member i holds out the split of seed i, as the single
+    run of that seed does; the mean is scored on the states both held out, and each
+    member's memory adds its own."""
     _, out = ensemble
     data = memorised()
     reports = [json.loads((out / f"members/{i}/training.json").read_text()) for i in (0, 1)]
-    held = [set(split_indices(data, 0.25, seed=i, base_seed=0, shared=0.5)[1]) for i in (0, 1)]
-    assert held[0] == set(split_indices(data, 0.25, seed=0)[1])  # member 0: the plain split
+    held = [set(split_indices(data, 0.25, seed=i, base_seed=0, shared=0.0)[1]) for i in (0, 1)]
+    assert held == [set(split_indices(data, 0.25, seed=i)[1]) for i in (0, 1)]
     assert len(held[0]) == len(held[1]) == 60 and held[0] != held[1]
     common = held[0] & held[1]
-    assert 30 <= len(common) < 60  # at least the shared half of each label's held-out states
-    source = json.loads((out / "config.json").read_text())["calibration"]["source"]
-    assert f"({len(common)} answers held out by every member)" in source
+    validation = json.loads((out / "training.json").read_text())["validation"]
+    assert validation["answers"] == len(common) > 0
     assert [reports[i]["memory"]["route"]["validation_states"] for i in (0, 1)] == [60.0, 60.0]
     assert len(held[0] | held[1]) > 60  # together the members trained on more states
+    # Member 1 is the single run of seed 1.
+    Trainer(config(epochs=1, seed=1), backbone=str(backbone_dir)).fit(data, tmp_path)
+    for name in (HEAD_FILE, MEMORY_FILE):
+        assert (tmp_path / name).read_bytes() == (out / "members/1" / name).read_bytes()
 
 
-def test_with_shared_split_one_every_member_holds_out_one_split(backbone_dir, tmp_path) -> None:
-    cfg = config(epochs=1, ensemble=2, shared_split=1.0, memory=False)
+def test_ensemble_temperature_recalibrates_the_mean_on_one_shared_split(
+    backbone_dir, tmp_path
+) -> None:
+    cfg = config(epochs=1, ensemble=2, shared_split=1.0, memory=False, ensemble_temperature=True)
     Trainer(cfg, backbone=str(backbone_dir)).fit(memorised(), tmp_path)
-    source = json.loads((tmp_path / "config.json").read_text())["calibration"]["source"]
-    assert "(60 answers held out by every member)" in source
+    calibration = json.loads((tmp_path / "config.json").read_text())["calibration"]
+    assert "(60 answers held out by every member)" in calibration["source"]
+    assert "choice/b2" in calibration["temperatures"]
     reports = [json.loads((tmp_path / f"members/{i}/training.json").read_text()) for i in (0, 1)]
     assert [r["config"]["shared_split"] for r in reports] == [1.0, 1.0]
+    engine = DecisionEngine.from_pretrained(tmp_path, device="cpu")
+    members = [DecisionEngine.from_pretrained(tmp_path / f"members/{i}") for i in (0, 1)]
+    texts = [ex.state for ex in memorised(n=12, seed=1).examples]
+    mean = sum(route_probabilities(m, texts) for m in members) / 2
+    temperature = engine.calibrator.temperature("choice", 3)
+    assert temperature != 1.0
+    expected = torch.softmax(mean.log() / temperature, dim=-1)
+    torch.testing.assert_close(route_probabilities(engine, texts), expected, atol=1e-9, rtol=0)
 
 
 def test_calibrate_aligns_the_members_rows_by_state() -> None:
@@ -230,7 +246,8 @@ def test_a_question_without_held_out_states_is_refused_before_training(backbone_
     # Two states answer "human", one per label: both stay in the training split.
     data.questions["human"] = QUESTIONS["human"]
     data.examples[0].labels["human"], data.examples[1].labels["human"] = 0, 1
-    trainer = Trainer(config(epochs=1, ensemble=2), backbone=str(backbone_dir))
+    cfg = config(epochs=1, ensemble=2, ensemble_temperature=True)
+    trainer = Trainer(cfg, backbone=str(backbone_dir))
     with pytest.raises(
         TrainingDataError, match="question 'human' has no states that every member holds out"
     ):
@@ -245,6 +262,8 @@ def test_bad_ensemble_configs_and_model_dirs(ensemble, backbone_dir, tmp_path) -
         TrainConfig(ensemble=2, val_fraction=0).check()
     with pytest.raises(ValueError, match="needs val_fraction > 0 and no refit"):
         TrainConfig(ensemble=2, refit=True).check()
+    with pytest.raises(ValueError, match="mean of an ensemble; it needs ensemble > 1"):
+        TrainConfig(ensemble_temperature=True).check()
     _, out = ensemble
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
