@@ -256,7 +256,9 @@ class TrainConfig:
 
 ENSEMBLE_SHARED_SPLIT = 0.0
 """``TrainConfig.shared_split`` of an ensemble's members when it is not given: each holds
-out the split of its own seed (0.5 and 1 scored lower on BANKING77, ``docs/finetune.md``)."""
+out the split of its own seed. On BANKING77 seeds 0 to 3 it scored 94.22 macro-F1, 0.5
+94.18 and 1 94.07, differences inside the spread between seeds (``docs/finetune.md``); 0
+is the simplest, each member being the single run of its seed."""
 
 
 @dataclass

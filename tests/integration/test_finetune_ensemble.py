@@ -187,6 +187,15 @@ def test_calibrate_aligns_the_members_rows_by_state() -> None:
     with pytest.raises(RuntimeError, match="member 1 held out 8 answers, not the 7 of its split"):
         _calibrate(held, data, members, keys=[{fp: keys[0]}, {fp: keys[1][:7]}])
     assert _row_keys(data, [3, 1])[fp] == [("route", 3), ("route", 1)]
+    # Members that held out no state in common: no temperature can be fitted, and without
+    # ensemble_temperature none is needed (the identity, no validation metrics).
+    apart = [{fp: (probs[0][:4], labels[:4])}, {fp: (probs[1][4:], labels[4:])}]
+    apart_keys = [{fp: keys[0][:4]}, {fp: keys[1][4:]}]
+    with pytest.raises(RuntimeError, match="held out no state in common"):
+        _calibrate(apart, data, members, keys=apart_keys)
+    identity, nothing = _calibrate(apart, data, members, keys=apart_keys, fit=False)
+    assert identity.temperatures == {} and nothing == {}
+    assert "ensemble_temperature off" in identity.source
 
 
 def test_ensemble_round_trips_moves_and_quantizes(ensemble, tmp_path) -> None:
