@@ -111,15 +111,17 @@ def fit_ensemble(
         for m in member_configs
     ]
     common = set(splits[0]).intersection(*splits[1:])
-    for qid in data.questions if cfg.ensemble_temperature else ():
-        if not any(qid in data.examples[i].labels for i in common):
-            raise TrainingDataError(
-                f"question {qid!r} has no states that every member holds out (val_fraction "
-                f"{cfg.val_fraction}, shared_split {shared:g}); an ensemble fits "
-                "the temperature of its mean there. Give it more labelled states or raise "
-                "val_fraction or shared_split",
-                field="shared_split" if shared < 1 else "val_fraction",
-            )
+    unheld = [
+        qid for qid in data.questions if not any(qid in data.examples[i].labels for i in common)
+    ]
+    if cfg.ensemble_temperature and unheld:
+        raise TrainingDataError(
+            f"question {unheld[0]!r} has no states that every member holds out (val_fraction "
+            f"{cfg.val_fraction}, shared_split {shared:g}); an ensemble fits "
+            "the temperature of its mean there. Give it more labelled states or raise "
+            "val_fraction or shared_split",
+            field="shared_split" if shared < 1 else "val_fraction",
+        )
     keys = [_row_keys(data, rows) for rows in splits]
     members: list[TrainResult] = []
     held: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = []
