@@ -20,6 +20,7 @@ Usage::
     python benchmarks/finetune_banking77.py --only full --ema-decay 0.998  # weight average
     python benchmarks/finetune_banking77.py --only full --rdrop-weight 1   # R-Drop
     python benchmarks/finetune_banking77.py --only full --lora-plus-ratio 16  # LoRA+
+    python benchmarks/finetune_banking77.py --only full --ensemble 2 --lr 1e-3  # members at lr 1e-3
     python benchmarks/finetune_banking77.py --only full --refit  # retrain on all of train
     python benchmarks/finetune_banking77.py --only full --dora   # DoRA adapters
     python benchmarks/finetune_banking77.py --only full-head-only  # frozen backbone, cached
@@ -98,10 +99,17 @@ def _metrics(p: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 
 
 def evaluate(
-    model_dir: Path, test: Any, *, quantize: str | None = None, device: str = "cpu"
+    model_dir: Path,
+    test: Any,
+    *,
+    quantize: str | None = None,
+    device: str = "cpu",
+    probabilities: bool = False,
 ) -> dict[str, Any]:
     """Test metrics through the engine: raw head, temperature only, full calibration, and
     the engine's own answers with the example memory (``memory``, when the model has one).
+    With ``probabilities``, ``"probabilities"`` holds the engine's own answers (items x
+    options, the memory's when there is one) for scoring ensembles afterwards.
 
     The engine runs once with an identity calibrator and no memory (raw head
     probabilities); the saved calibration is then applied to those exactly as the engine
@@ -124,10 +132,11 @@ def evaluate(
     seconds = time.perf_counter() - started
     logits = torch.from_numpy(np.log(np.clip(raw, 1e-300, 1.0)))
     scaled = torch.softmax(calibrated.scale(logits, "choice", n), -1)
+    answers = calibrated.adjust(scaled, "choice", n).numpy()
     out: dict[str, Any] = {
         "uncalibrated": _metrics(raw, labels),
         "temperature": _metrics(scaled.numpy(), labels),
-        "calibrated": _metrics(calibrated.adjust(scaled, "choice", n).numpy(), labels),
+        "calibrated": _metrics(answers, labels),
         "ms_per_item": round(seconds * 1000 / len(texts), 2),
         "temperature_value": round(calibrated.temperature("choice", n), 4),
         "histogram_binning": bool(calibrated.histograms),
@@ -135,8 +144,11 @@ def evaluate(
     if memory is not None:
         engine.calibrator, engine.head.memory = calibrated, memory  # type: ignore[union-attr]
         started = time.perf_counter()
-        out["memory"] = _metrics(_probabilities(engine, texts, qid, question), labels)
+        answers = _probabilities(engine, texts, qid, question)
+        out["memory"] = _metrics(answers, labels)
         out["memory_ms_per_item"] = round((time.perf_counter() - started) * 1000 / len(texts), 2)
+    if probabilities:
+        out["probabilities"] = answers
     return out
 
 
@@ -148,7 +160,10 @@ def run(
     *,
     int8: bool = True,
     unlabeled: list[str] | None = None,
+    probabilities: bool = False,
 ) -> dict[str, Any]:
+    """Train ``config`` on ``data``, evaluate on ``test``; ``probabilities`` keeps the fp32
+    answers (``entry["fp32"]["probabilities"]``, a numpy array; drop it before JSON)."""
     with tempfile.TemporaryDirectory(prefix="clef-ft-") as tmp:
         started = time.perf_counter()
         result = Trainer(config).fit(data, tmp, unlabeled=unlabeled)
@@ -171,7 +186,9 @@ def run(
                 for k, v in asdict(config).items()
                 if k not in ("similarity", "progress", "device", "model_name")
             },
-            "fp32": evaluate(Path(tmp), test, device=config.device or "cpu"),
+            "fp32": evaluate(
+                Path(tmp), test, device=config.device or "cpu", probabilities=probabilities
+            ),
         }
         if result.members:  # an ensemble: each member alone, as a model dir of its own
             entry["members"] = [
@@ -185,7 +202,11 @@ def run(
             ]
         if int8:
             entry["int8"] = evaluate(Path(tmp), test, quantize="int8")
-    print(json.dumps({k: entry[k] for k in ("name", "train_seconds", "fp32")}), flush=True)
+    shown = {k: v for k, v in entry["fp32"].items() if k != "probabilities"}
+    print(
+        json.dumps({"name": name, "train_seconds": entry["train_seconds"], "fp32": shown}),
+        flush=True,
+    )
     return entry
 
 
@@ -313,6 +334,12 @@ def main() -> None:
         dest="use_dora",
         action="store_true",
         help="full-set runs: DoRA adapters (own section full_dora)",
+    )
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="full-set runs: the LoRA adapters' learning rate (own section full_lrX)",
     )
     parser.add_argument(
         "--lora-plus-ratio",
@@ -544,6 +571,7 @@ def main() -> None:
         "contrastive_weight": "supcon",
         "ema_decay": "ema",
         "lora_rank": "r",
+        "lr": "lr",
         "use_dora": "dora",
         "lora_plus_ratio": "loraplus",
         "refit": "refit",
