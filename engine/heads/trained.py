@@ -134,6 +134,16 @@ class TrainedHead:
                 self._base = self._make_base()
             return self._base
 
+    def to(self, device: str | torch.device) -> None:
+        """Move the trained module, and the zero-shot engine once built, to ``device``
+        (:meth:`DecisionEngine.to` calls this). The module stays fp32 wherever it is: it
+        casts its inputs. A zero-shot engine built later is built on the engine's device
+        (``from_pretrained`` passes a factory that reads it)."""
+        self.module.to(device)
+        with self._lock:
+            if self._base is not None:
+                self._base.to(device)
+
     # -- scoring -------------------------------------------------------------------------
 
     def score_requests(

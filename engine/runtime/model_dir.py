@@ -163,12 +163,23 @@ def _load_trained(
         backbone.model = _quantize_int8(backbone.model)  # type: ignore[attr-defined]
         backbone.quantize = "int8"  # type: ignore[attr-defined]
     engine = cls(backbone, **kwargs)
+    backbone_device = backbone.device
     info = data.get("head")
     if info:
         module = OptionEvidenceHead.load(directory, info).to(backbone.device)
 
         def base_engine() -> DecisionEngine:
-            return cls(kind, path, device=device, dtype=dtype, quantize=quantize, warmup=False)
+            # The engine's device now, not the one it was loaded on: DecisionEngine.to moves
+            # the backbone (and this head) after a CUDA out-of-memory, say.
+            moved = engine.backbone.device != backbone_device
+            return cls(
+                kind,
+                path,
+                device=engine.backbone.device,
+                dtype=None if moved else dtype,
+                quantize=quantize,
+                warmup=False,
+            )
 
         memory = None
         if info.get("memory"):  # kNN memory of the training states (engine.heads.memory)

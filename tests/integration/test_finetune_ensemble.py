@@ -214,6 +214,20 @@ def test_ensemble_round_trips_moves_and_quantizes(ensemble, tmp_path) -> None:
     assert abs(sum(probabilities.values()) - 1.0) < 1e-9
 
 
+def test_to_moves_every_member_with_its_trained_head(ensemble, monkeypatch) -> None:
+    import engine.backbones.encoder as encoder
+    import engine.runtime.engine as runtime
+
+    for module in (encoder, runtime):  # no GPU here: move to meta, past the device check
+        monkeypatch.setattr(module, "select_device", lambda d: torch.device(d or "cpu"))
+    _, out = ensemble
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    engine.to("meta")
+    for member in engine.head.members:
+        assert member.device.type == "meta"
+        assert {p.device.type for p in member.head.module.parameters()} == {"meta"}
+
+
 def test_resume_keeps_a_finished_member_of_the_same_recipe(backbone_dir, tmp_path, monkeypatch):
     trained: list[str] = []
     interrupt = True

@@ -153,6 +153,28 @@ def test_untrained_questions_are_answered_zero_shot(trained, backbone_dir) -> No
     assert fresh.head._base is None
 
 
+def test_to_moves_the_trained_head_and_its_zero_shot_engine(trained, monkeypatch) -> None:
+    """``DecisionEngine.to`` (the move after a CUDA out-of-memory) takes the trained module
+    and a built zero-shot engine along; one built later is built on the new device. The
+    machine has no GPU, so the move goes to ``meta`` (tensors without storage), which the
+    engine's device check is told to let through."""
+    import engine.backbones.encoder as encoder
+    import engine.runtime.engine as runtime
+
+    for module in (encoder, runtime):
+        monkeypatch.setattr(module, "select_device", lambda d: torch.device(d or "cpu"))
+    _, _, out = trained
+    engine = DecisionEngine.from_pretrained(out, device="cpu")
+    built = engine.head.base_engine(engine)
+    engine.to("meta")
+    assert {p.device.type for p in engine.head.module.parameters()} == {"meta"}
+    assert built.device.type == "meta"
+    later = DecisionEngine.from_pretrained(out, device="cpu")
+    later.to("meta")
+    assert later.head._base is None
+    assert later.head.base_engine(later).device.type == "meta"
+
+
 def test_yes_no_and_score_questions_are_told_apart_by_their_wording(trained, backbone_dir) -> None:
     """Every yes/no question has the options true/false and every 3-level score the levels
     "0".."2": a model trained on "needs a human?" and "urgency" does not answer another
