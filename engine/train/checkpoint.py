@@ -47,7 +47,10 @@ class CheckpointState(ModelForward):
         best: dict[str, Any],
         optimizer: torch.optim.Optimizer,
         scheduler: Any,
+        data: str = "",
     ) -> None:
+        """Write the checkpoint; ``data`` identifies the states it was trained and validated
+        on (see :meth:`checkpoint_data`)."""
         from safetensors.torch import save_file
 
         directory.mkdir(parents=True, exist_ok=True)
@@ -69,8 +72,19 @@ class CheckpointState(ModelForward):
             "param_groups": opt["param_groups"],
             "scheduler": scheduler.state_dict()["last_epoch"],
             "config": asdict(self.config),
+            "data": data,
         }
         (directory / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+
+    @staticmethod
+    def checkpoint_data(directory: Path) -> str | None:
+        """The ``data`` a checkpoint was written with (``None``: a checkpoint from before
+        it was recorded, or no checkpoint)."""
+        path = directory / "meta.json"
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text()).get("data")
+        return str(data) if data else None
 
     def _load_checkpoint(
         self, directory: Path, optimizer: torch.optim.Optimizer, scheduler: Any

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import random
@@ -69,6 +70,14 @@ class TrainingSet:
 
     def names(self, qid: str) -> list[str]:
         return [s.name for s in self.questions[qid].option_specs()]
+
+    def digest(self) -> str:
+        """A hash of the questions' option names and of every state with its labels, in
+        order: what a checkpoint must have been trained on for ``resume`` to continue it."""
+        h = hashlib.sha256(json.dumps({q: self.names(q) for q in sorted(self.questions)}).encode())
+        for ex in self.examples:
+            h.update(json.dumps([ex.state, sorted(ex.labels.items())]).encode())
+        return h.hexdigest()[:16]
 
     def subset(self, indices: Sequence[int]) -> TrainingSet:
         return TrainingSet(self.questions, [self.examples[i] for i in indices], self.source)

@@ -36,6 +36,7 @@ Layout::
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import logging
 import shutil
@@ -77,8 +78,8 @@ def fit_ensemble(
     on the states all of them held out (with ``ensemble_temperature``, fit its temperature
     there) and write ``out/config.json``; see the module docstring.
 
-    With ``resume=True`` a member that finished with the same recipe on as many states is
-    kept, and an interrupted one continues from its checkpoint.
+    With ``resume=True`` a member that finished with the same recipe on the same states
+    (and unlabelled states) is kept, and an interrupted one continues from its checkpoint.
 
     Raises:
         TrainingDataError: With ``ensemble_temperature``, a question has no states that
@@ -128,9 +129,16 @@ def fit_ensemble(
     for i, member_cfg in enumerate(member_configs):
         directory = out / ENSEMBLE_DIR / str(i)
         saved = checkpoint / f"member{i}" / HELD_OUT
-        # What a kept member must have been trained with: this recipe, on as many states.
+        # What a kept member must have been trained with: this recipe, on these states.
         recipe = json.dumps(
-            {"config": asdict(member_cfg), "states": len(data)}, sort_keys=True, default=str
+            {
+                "config": asdict(member_cfg),
+                "states": len(data),
+                "data": data.digest(),
+                "unlabeled": _texts_digest(unlabeled),
+            },
+            sort_keys=True,
+            default=str,
         )
         if resume and saved.is_file() and (directory / "training.json").is_file():
             kept = torch.load(saved, weights_only=True)
@@ -324,3 +332,13 @@ def _row_keys(data: TrainingSet, held_out: list[int]) -> dict[str, list[tuple[st
             (qid, i) for i in held_out if qid in data.examples[i].labels
         )
     return keys
+
+
+def _texts_digest(texts: Sequence[str] | None) -> str:
+    """A hash of ``texts`` in order (``""`` for none)."""
+    if not texts:
+        return ""
+    h = hashlib.sha256()
+    for text in texts:
+        h.update(json.dumps(text).encode())
+    return h.hexdigest()[:16]

@@ -378,6 +378,15 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         best: dict[str, Any] = {"score": -math.inf, "epoch": 0, "state": None}
         start_epoch = 0
         self._ema = None
+        data = f"{train.digest()}/{val.digest()}"
+        if resume and (checkpoint / "meta.json").is_file():
+            if self.checkpoint_data(checkpoint) not in (None, data):
+                log.warning(
+                    "%s was written for other training or validation states; "
+                    "training from the start",
+                    checkpoint,
+                )
+                resume = False
         if resume and (checkpoint / "meta.json").is_file():
             # The checkpointed adapters already went through the contrastive stage.
             start_epoch, history, best = self._load_checkpoint(checkpoint, optimizer, scheduler)
@@ -466,7 +475,9 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
                 bad_epochs += 1
             if current is not None:
                 self._restore(current)
-            self._save_checkpoint(checkpoint, epoch + 1, history, best, optimizer, scheduler)
+            self._save_checkpoint(
+                checkpoint, epoch + 1, history, best, optimizer, scheduler, data=data
+            )
 
         return history, best
 

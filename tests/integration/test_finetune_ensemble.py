@@ -251,11 +251,18 @@ def test_resume_keeps_a_finished_member_of_the_same_recipe(backbone_dir, tmp_pat
             data, tmp_path, resume=True
         )
     assert trained == ["0", "1", "0", "1"]
+    # The same recipe on as many other states: trained again too.
+    other = memorised(n=48, seed=1)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(epochs=1, ensemble=2, lr=5e-3), backbone=str(backbone_dir)).fit(
+            other, tmp_path, resume=True
+        )
+    assert trained == ["0", "1", "0", "1", "0", "1"]
     interrupt = False
     result = Trainer(config(epochs=1, ensemble=2, lr=5e-3), backbone=str(backbone_dir)).fit(
-        data, tmp_path, resume=True
+        other, tmp_path, resume=True
     )
-    assert trained == ["0", "1", "0", "1", "1"]  # the same recipe: member 0 is kept
+    assert trained == ["0", "1", "0", "1", "0", "1", "1"]  # the same recipe: member 0 kept
     assert [m.directory.name for m in result.members] == ["0", "1"]
     assert result.members[0].history and not (tmp_path / "checkpoint").exists()
     assert isinstance(DecisionEngine.from_pretrained(tmp_path).head, EnsembleHead)

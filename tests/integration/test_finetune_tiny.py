@@ -478,6 +478,24 @@ def test_resume_continues_from_the_last_checkpoint(backbone_dir, tmp_path, monke
     assert not (tmp_path / "checkpoint").exists()
 
 
+def test_resume_starts_again_on_other_states(backbone_dir, tmp_path, monkeypatch, caplog):
+    original = interrupt_at_second_evaluation(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(config(epochs=2), backbone=str(backbone_dir)).fit(dataset(n=12), tmp_path)
+    meta = json.loads((tmp_path / "checkpoint" / "meta.json").read_text())
+    monkeypatch.setattr(Trainer, "evaluate", original)
+    other = dataset(n=12, seed=1)  # as many states, other words
+    assert other.digest() != dataset(n=12).digest() == dataset(n=12).digest()
+    with caplog.at_level("WARNING", logger="engine.train.trainer"):
+        result = Trainer(config(epochs=2), backbone=str(backbone_dir)).fit(
+            other, tmp_path, resume=True
+        )
+    assert "other training or validation states; training from the start" in caplog.text
+    assert [h["epoch"] for h in result.history] == [1, 2]
+    # Epoch 1 ran again on the new states (a resumed run copies it from the checkpoint).
+    assert result.history[0]["train_loss"] != meta["history"][0]["train_loss"]
+
+
 def test_a_later_epoch_within_one_standard_error_is_kept(backbone_dir, tmp_path, monkeypatch):
     # 10 validation states x 3 questions: the standard error of 0.9 is sqrt(.09 / 30) = 0.055.
     scripted = iter([0.90, 0.86, 0.70, 0.69])
