@@ -337,36 +337,33 @@ def main() -> None:
         return bool(args.budget_s) and time.perf_counter() - started > args.budget_s
 
     common = (args.device, args.quick, args.probabilities)
+    queue = list(todo)
     if args.workers == 1:
-        for section, name, overrides, seed in todo:
-            if over_budget():
-                payload["stopped"] = f"budget of {args.budget_s:.0f} s reached"
-                save(payload, probabilities if args.probabilities else None)
-                return
+        while queue and not over_budget():
+            section, name, overrides, seed = queue.pop(0)
             record(one_run(section, name, overrides, seed, *common))
-        return
-    threads = max(1, (os.cpu_count() or 2) // args.workers)
-    with ProcessPoolExecutor(
-        args.workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_init,
-        initargs=(threads,),
-    ) as pool:
-        pending: set[Future[dict[str, Any]]] = set()
-        queue = list(todo)
-        while queue or pending:
-            while queue and len(pending) < args.workers and not over_budget():
-                section, name, overrides, seed = queue.pop(0)
-                pending.add(pool.submit(one_run, section, name, overrides, seed, *common))
-            if not pending:
-                break
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                try:
-                    record(future.result())
-                except Exception as exc:  # one failed run must not lose the others
-                    payload.setdefault("errors", []).append(repr(exc))
-                    print(f"run failed: {exc!r}", flush=True)
+    else:
+        threads = max(1, (os.cpu_count() or 2) // args.workers)
+        with ProcessPoolExecutor(
+            args.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_init,
+            initargs=(threads,),
+        ) as pool:
+            pending: set[Future[dict[str, Any]]] = set()
+            while queue or pending:
+                while queue and len(pending) < args.workers and not over_budget():
+                    section, name, overrides, seed = queue.pop(0)
+                    pending.add(pool.submit(one_run, section, name, overrides, seed, *common))
+                if not pending:
+                    break
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    try:
+                        record(future.result())
+                    except Exception as exc:  # one failed run must not lose the others
+                        payload.setdefault("errors", []).append(repr(exc))
+                        print(f"run failed: {exc!r}", flush=True)
     if queue:
         payload["stopped"] = f"budget of {args.budget_s:.0f} s reached; not run: " + ", ".join(
             f"{name} (seed {seed})" for _, name, _, seed in queue

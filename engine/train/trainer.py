@@ -379,15 +379,14 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         start_epoch = 0
         self._ema = None
         data = f"{train.digest()}/{val.digest()}"
-        if resume and (checkpoint / "meta.json").is_file():
-            if self.checkpoint_data(checkpoint) not in (None, data):
-                log.warning(
-                    "%s was written for other training or validation states; "
-                    "training from the start",
-                    checkpoint,
-                )
-                resume = False
-        if resume and (checkpoint / "meta.json").is_file():
+        resume = resume and (checkpoint / "meta.json").is_file()
+        if resume and self.checkpoint_data(checkpoint) not in (None, data):
+            log.warning(
+                "%s was written for other training or validation states; training from the start",
+                checkpoint,
+            )
+            resume = False
+        if resume:
             # The checkpointed adapters already went through the contrastive stage.
             start_epoch, history, best = self._load_checkpoint(checkpoint, optimizer, scheduler)
         elif cfg.contrastive_steps > 0:
