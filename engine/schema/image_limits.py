@@ -8,6 +8,9 @@ from __future__ import annotations
 
 MAX_IMAGES = 16
 """Images per request (state images and ``assets`` together)."""
+MAX_ASSET_KEY_CHARS = 256
+"""Longest asset key (an opaque placeholder: the SDK's 39-character ``<image:32 hex>``, a
+UUID, an alias such as ``screen``)."""
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 """Encoded size of one image, in bytes (20 MiB)."""
 MAX_IMAGE_PIXELS = 40_000_000

@@ -27,7 +27,7 @@ from engine.schema.limits import (
     MIN_CHOICE_OPTIONS,
     MIN_SCORE_LEVELS,
 )
-from engine.schema.render import render_value
+from engine.schema.render import render_value, surrogate_message
 
 JSONText = str | dict[str, Any] | list[Any]
 """Instructions and descriptions: a string or structured JSON."""
@@ -38,8 +38,16 @@ def readable(name: str) -> str:
     return " ".join(name.replace("_", " ").replace("-", " ").split())
 
 
+def _check_unicode(text: str, what: str) -> None:
+    message = surrogate_message(text, what)
+    if message is not None:
+        raise ValueError(message)
+
+
 def _check_text(value: Any, field_name: str) -> str:
     text = render_value(value, field_name)
+    # The rendered text holds every string and key of structured JSON too.
+    _check_unicode(text, field_name)
     if len(text) > MAX_TEXT_CHARS:
         raise ValueError(
             f"{field_name} renders to {len(text)} characters; the limit is {MAX_TEXT_CHARS}"
@@ -65,6 +73,7 @@ class OptionSpec:
 
 
 def _parse_criterion(name: str, value: Any, where: str) -> OptionSpec:
+    _check_unicode(name, f"{where}: an option name")
     if not name.strip():
         raise ValueError(f"{where}: option names must be non-empty")
     if len(name) > MAX_OPTION_NAME_CHARS:
@@ -82,6 +91,8 @@ def _parse_criterion(name: str, value: Any, where: str) -> OptionSpec:
                 f"{where}.{name}.examples has {len(examples)} items; "
                 f"the limit is {MAX_EXAMPLES_PER_OPTION}"
             )
+        for i, example in enumerate(examples):
+            _check_unicode(example, f"{where}.{name}.examples[{i}]")
         desc = value.get("description")
         text = None if desc is None else _check_text(desc, f"{where}.{name}.description")
         return OptionSpec(name, text, tuple(examples))
@@ -107,7 +118,8 @@ class Choice(_Question):
     """
 
     type: Literal["choice"] = "choice"
-    instructions: JSONText
+    instructions: JSONText | None = None
+    """Optional: without it the question is the choice between the options alone."""
     criteria: dict[str, Any]
 
     @field_validator("criteria", mode="before")
@@ -134,7 +146,8 @@ class Choice(_Question):
     @field_validator("instructions")
     @classmethod
     def _check_instructions(cls, value: Any) -> Any:
-        _check_text(value, "instructions")
+        if value is not None:
+            _check_text(value, "instructions")
         return value
 
     def option_specs(self) -> list[OptionSpec]:
@@ -187,7 +200,8 @@ class Score(_Question):
     """Rate on 2..10 ordered levels; ``score`` is the expected level index."""
 
     type: Literal["score"] = "score"
-    instructions: JSONText
+    instructions: JSONText | None = None
+    """Optional: without it the question is which level fits, from the levels alone."""
     criteria: list[Any]
 
     @field_validator("criteria")
@@ -202,6 +216,13 @@ class Score(_Question):
             _parse_criterion(str(i), level, "criteria")
         return value
 
+    @field_validator("instructions")
+    @classmethod
+    def _check_instructions(cls, value: Any) -> Any:
+        if value is not None:
+            _check_text(value, "instructions")
+        return value
+
     def option_specs(self) -> list[OptionSpec]:
         return [_parse_criterion(str(i), v, "criteria") for i, v in enumerate(self.criteria)]
 
@@ -210,10 +231,22 @@ class Score(_Question):
 
 
 class Box(_Question):
-    """Locate the element that ``instructions`` describe in an image of the state."""
+    """Locate the element that ``instructions`` describe in an image of the state.
+
+    The answer's box is in fractions (0-1) of the image's height and width. Without
+    ``instructions``, the text of the state beside its images says what to locate; a state
+    that is only an image gives the whole image with ``confidence`` null.
+    """
 
     type: Literal["box"] = "box"
-    instructions: JSONText
+    instructions: JSONText | None = None
+
+    @field_validator("instructions")
+    @classmethod
+    def _check_instructions(cls, value: Any) -> Any:
+        if value is not None:
+            _check_text(value, "instructions")
+        return value
 
     def option_specs(self) -> list[OptionSpec]:
         return []

@@ -42,6 +42,66 @@ def is_message_list(value: Any) -> bool:
     return all(message_to_dict(m) is not None for m in value)
 
 
+def lone_surrogate(text: str) -> int | None:
+    """Index of the first code point that UTF-8 cannot encode (a lone surrogate), or ``None``.
+
+    JSON can carry ``"\\ud800"`` and Python strings can hold it, but no tokenizer, log or
+    response encoder can, so such text is refused at validation (see :func:`check_unicode`).
+    """
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def printable(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\udXXX`` escapes, safe to echo in errors."""
+    if lone_surrogate(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def surrogate_message(text: str, what: str) -> str | None:
+    """The error message for ``what`` if ``text`` holds a lone surrogate, else ``None``."""
+    index = lone_surrogate(text)
+    if index is None:
+        return None
+    return (
+        f"{what} contains a lone surrogate (U+{ord(text[index]):04X}) at character {index}; "
+        "text must be valid Unicode (UTF-8 encodable)"
+    )
+
+
+def find_lone_surrogate(value: Any, path: str, depth: int = 0) -> tuple[str, str] | None:
+    """The first string (value or object key) inside ``value`` that holds a lone surrogate.
+
+    Returns ``(dotted path, message)`` or ``None``. Walks JSON objects, arrays and chat
+    messages; stops below :data:`MAX_JSON_DEPTH` (rendering refuses deeper values anyway).
+    """
+    if isinstance(value, str):
+        message = surrogate_message(value, path)
+        return None if message is None else (path, message)
+    if depth > MAX_JSON_DEPTH + 1:
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            sub = f"{path}.{printable(key) if isinstance(key, str) else key}"
+            if isinstance(key, str) and lone_surrogate(key) is not None:
+                return sub, f"a key of {path} contains a lone surrogate; text must be valid Unicode"
+            found = find_lone_surrogate(item, sub, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = find_lone_surrogate(item, f"{path}[{i}]", depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
 def _scalar(value: Any, field: str) -> str:
     if value is None:
         return "null"

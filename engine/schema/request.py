@@ -10,17 +10,29 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from engine.errors import InvalidRequestError
+from engine.schema.image_limits import MAX_ASSET_KEY_CHARS, MAX_IMAGES
 from engine.schema.limits import MAX_QUESTION_ID_CHARS, MAX_QUESTIONS
 from engine.schema.questions import Question
-from engine.schema.render import message_to_dict
+from engine.schema.render import (
+    find_lone_surrogate,
+    message_to_dict,
+    printable,
+    surrogate_message,
+)
 
 IMAGE_PLACEHOLDER = re.compile(r"<image:[0-9a-fA-F]{32}>")
+"""The official SDK's asset reference; any other non-empty key is just as valid."""
 DEFAULT_MODEL = "clef-minilm-l6"
 _QUESTION_TAGS = {"choice", "noul", "score", "box"}
 
 
 class ImageAsset(BaseModel):
-    """An image referenced from the state by a ``<image:32 hex>`` placeholder."""
+    """An image referenced from the state, instructions or criteria by its asset key.
+
+    The key is an opaque placeholder the caller chose (the SDK's ``<image:32 hex>``, a
+    UUID, an alias such as ``screen``); each exact occurrence of it inside a string stands
+    for the image.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
@@ -46,10 +58,26 @@ class DecisionRequest(BaseModel):
     state: Any
     questions: dict[str, Question]
     assets: dict[str, ImageAsset] | None = None
+    @field_validator("model")
+    @classmethod
+    def _check_model(cls, value: str) -> str:
+        message = surrogate_message(value, "model")
+        if message is not None:
+            raise ValueError(message)
+        return value
 
     @field_validator("state", mode="before")
     @classmethod
     def _normalise_state(cls, value: Any) -> Any:
+        state = cls._state_value(value)
+        # A lone surrogate would fail deep in the tokenizer (or the response encoder).
+        found = find_lone_surrogate(state, "state")
+        if found is not None:
+            raise ValueError(found[1])
+        return state
+
+    @staticmethod
+    def _state_value(value: Any) -> Any:
         if value is None:
             raise ValueError("state is required")
         if isinstance(value, str):
@@ -64,6 +92,8 @@ class DecisionRequest(BaseModel):
                 return converted
             return list(value)
         if isinstance(value, Mapping):
+            if not value:
+                raise ValueError("state must not be empty (got an empty JSON object)")
             return dict(value)
         if isinstance(value, (bytes, bytearray, memoryview, os.PathLike)) or hasattr(value, "save"):
             # Images; the vision backbone takes these.
@@ -81,11 +111,33 @@ class DecisionRequest(BaseModel):
         if len(value) > MAX_QUESTIONS:
             raise ValueError(f"{len(value)} questions; the limit is {MAX_QUESTIONS}")
         for qid in value:
+            message = surrogate_message(qid, "a question id")
+            if message is not None:
+                raise ValueError(message)
             if not qid or not qid.strip():
                 raise ValueError("question ids must be non-empty")
             if len(qid) > MAX_QUESTION_ID_CHARS:
                 raise ValueError(
                     f"question id has {len(qid)} characters; the limit is {MAX_QUESTION_ID_CHARS}"
+                )
+        return value
+
+    @field_validator("assets")
+    @classmethod
+    def _check_asset_keys(cls, value: dict[str, ImageAsset] | None) -> Any:
+        if not value:
+            return value
+        if len(value) > MAX_IMAGES:
+            raise ValueError(f"{len(value)} assets; the limit is {MAX_IMAGES} images per request")
+        for key in value:
+            message = surrogate_message(key, "an asset key")
+            if message is not None:
+                raise ValueError(message)
+            if not key.strip():
+                raise ValueError("asset keys must be non-empty (not only whitespace)")
+            if len(key) > MAX_ASSET_KEY_CHARS:
+                raise ValueError(
+                    f"an asset key has {len(key)} characters; the limit is {MAX_ASSET_KEY_CHARS}"
                 )
         return value
 
@@ -108,12 +160,14 @@ def validation_error(exc: ValidationError, prefix: tuple[str, ...] = ()) -> Inva
     """Convert pydantic's error into ours, keeping every ``{loc, msg, type}`` entry."""
     entries: list[dict[str, Any]] = []
     for err in exc.errors(include_url=False, include_input=False):
-        loc = prefix + tuple(str(p) for p in err["loc"])
+        # Keys (question ids, option names) are echoed in ``loc``; a lone surrogate in one
+        # would make the 422 response itself unencodable.
+        loc = prefix + tuple(printable(str(p)) for p in err["loc"])
         # Drop pydantic's union-member tags ("choice", "function-after[...]").
         loc = tuple(p for p in loc if not p.startswith("function-") and "[" not in p)
         if len(loc) > 2 and loc[0] == "questions" and loc[2] in _QUESTION_TAGS:
             loc = loc[:2] + loc[3:]
-        msg = str(err["msg"]).removeprefix("Value error, ")
+        msg = printable(str(err["msg"]).removeprefix("Value error, "))
         entries.append({"loc": loc, "msg": msg, "type": err["type"]})
     first = entries[0]
     field = ".".join(first["loc"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -90,13 +91,136 @@ def test_at_least_one_question():
     assert info.value.field == "questions"
 
 
-@pytest.mark.parametrize("state", ["", "   ", [], None])
+@pytest.mark.parametrize("state", ["", "   ", [], None, {}])
 def test_empty_state_is_refused(state):
     with pytest.raises(InvalidRequestError) as info:
         DecisionRequest.parse(
             {"state": state, "questions": {"q": {"type": "noul", "instructions": "ok?"}}}
         )
     assert info.value.field == "state"
+
+
+BAD = "hello \ud800"
+"""A lone surrogate: JSON can carry it ("\\ud800"), UTF-8 cannot."""
+NOUL = {"type": "noul", "instructions": "ok?"}
+
+
+@pytest.mark.parametrize(
+    ("request_", "field", "where"),
+    [
+        ({"state": BAD}, "state", "state"),
+        ({"state": {"ticket": {"body": [BAD]}}}, "state", "state.ticket.body[0]"),
+        ({"state": {BAD: "x"}}, "state", "a key of state"),
+        ({"state": [{"role": "user", "content": BAD}]}, "state", "state[0].content"),
+        ({"model": BAD}, "model", "model"),
+        (
+            {"questions": {"q": {"type": "noul", "instructions": BAD}}},
+            "questions.q",
+            "instructions",
+        ),
+        (
+            {
+                "questions": {
+                    "q": {"type": "choice", "instructions": {"k": BAD}, "criteria": ["a", "b"]}
+                }
+            },
+            "questions.q.instructions",
+            "instructions",
+        ),
+        (
+            {"questions": {"q": {"type": "choice", "criteria": {BAD: None, "b": None}}}},
+            "questions.q.criteria",
+            "an option name",
+        ),
+        (
+            {"questions": {"q": {"type": "choice", "criteria": {"a": BAD, "b": None}}}},
+            "questions.q.criteria",
+            "criteria.a",
+        ),
+        (
+            {
+                "questions": {
+                    "q": {"type": "choice", "criteria": {"a": {"examples": [BAD]}, "b": None}}
+                }
+            },
+            "questions.q.criteria",
+            "criteria.a.examples[0]",
+        ),
+        (
+            {"questions": {"q": {"type": "score", "criteria": ["low", BAD]}}},
+            "questions.q.criteria",
+            "criteria.1",
+        ),
+        (
+            {"questions": {"q": {"type": "noul", "criteria": {"true": BAD}}}},
+            "questions.q",
+            "criteria.true",
+        ),
+        (
+            {"questions": {"q": {"type": "box", "instructions": BAD}}},
+            "questions.q.instructions",
+            "instructions",
+        ),
+        ({"questions": {BAD: NOUL}}, "questions", "a question id"),
+    ],
+)
+def test_lone_surrogates_are_refused_naming_the_field(request_, field, where):
+    payload = {"state": "x", "questions": {"q": NOUL}, **request_}
+    with pytest.raises(InvalidRequestError, match="lone surrogate") as info:
+        DecisionRequest.parse(payload)
+    assert info.value.field == field
+    assert where in str(info.value)
+    # The error itself is valid UTF-8, so the server can send it as its 422 body.
+    json.dumps(info.value.errors, ensure_ascii=False, default=list).encode("utf-8")
+    str(info.value).encode("utf-8")
+
+
+def test_lone_surrogate_in_an_invalid_question_id_still_gives_an_encodable_error():
+    with pytest.raises(InvalidRequestError) as info:
+        DecisionRequest.parse({"state": "x", "questions": {BAD: {"type": "choice"}}})
+    json.dumps(info.value.errors, ensure_ascii=False, default=list).encode("utf-8")
+
+
+def test_valid_non_ascii_text_is_accepted():
+    req = DecisionRequest.parse(
+        {"state": "café 😀 日本語", "questions": {"q": {"type": "noul", "instructions": "ok? ✓"}}}
+    )
+    assert req.state == "café 😀 日本語"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        {"type": "choice", "criteria": {"billing": "money", "tech": None}},
+        {"type": "score", "criteria": ["calm", "angry"]},
+        {"type": "box"},
+    ],
+)
+def test_instructions_are_optional(question):
+    req = DecisionRequest.parse({"state": "x", "questions": {"q": question}})
+    assert req.questions["q"].instructions is None
+    assert req.questions["q"].instructions_text() == ""
+
+
+def test_choice_and_score_without_instructions_are_answered(tiny_engine):
+    result = tiny_engine.decide(
+        "I was charged twice",
+        {
+            "team": {"type": "choice", "criteria": {"billing": "money", "tech": None}},
+            "anger": {"type": "score", "criteria": ["calm", "angry"]},
+        },
+    )
+    assert sum(result.answers["team"].probabilities.values()) == pytest.approx(1.0)
+    assert sum(result.answers["anger"].probabilities.values()) == pytest.approx(1.0)
+
+
+def test_decoder_prompt_without_instructions_asks_about_the_options():
+    from engine.backbones.decoder.prompt import plan
+
+    choice = plan(Choice(criteria={"billing": "money", "tech": None}))
+    assert choice.blocks[0].startswith("Question: Which option fits best?\nOptions:\n")
+    score = plan(Score(criteria=["calm", "angry"]))
+    assert score.blocks[0].startswith("Question: Which level fits best?\nRate on this scale:")
 
 
 def test_noul_needs_instructions_or_a_side_and_only_true_false():

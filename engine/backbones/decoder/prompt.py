@@ -97,9 +97,17 @@ class QuestionPlan:
     key: str
 
 
+_NO_INSTRUCTIONS = {
+    "choice": "Which option fits best?",
+    "score": "Which level fits best?",
+}
+"""The question asked when ``instructions`` are left out (optional on the wire): the
+options or levels alone then say what is decided. A ``noul`` has its own default below."""
+
+
 def _instructions(question: _Question) -> str:
     text = question.instructions_text().strip()
-    return text
+    return text or _NO_INSTRUCTIONS.get(str(getattr(question, "type", "")), "")
 
 
 def _choice_line(name: str, description: str | None, examples: tuple[str, ...]) -> str:
