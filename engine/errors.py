@@ -68,9 +68,19 @@ class UnsupportedQuestionError(ClefError):
 
 
 class ModelLoadError(ClefError, OSError):
-    """A model directory or weight file is missing or not usable."""
+    """A model directory or weight file is missing or not usable.
+
+    Attributes:
+        file: The file at fault (``.../config.json``), where one is known.
+        field: The field of that file at fault (``backbone.path``), where one is known.
+    """
 
     error_type = "model_load_error"
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        super().__init__(message)
 
 
 class DeviceUnavailableError(ClefError, RuntimeError):

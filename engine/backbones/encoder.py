@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from engine.backbones.base import Encoded
+from engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
 from engine.errors import InvalidRequestError, ModelLoadError
 from engine.runtime.devices import select_device, select_dtype
 
@@ -160,15 +161,17 @@ class EncoderBackbone:
 
     @staticmethod
     def _load(directory: Path) -> tuple[Any, Any]:
+        from safetensors import SafetensorError
         from transformers import AutoModel, AutoTokenizer
 
+        check_hf_dir(directory)
         try:
             with _quiet_transformers():
-                tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+                tokenizer = AutoTokenizer.from_pretrained(str(directory), **NO_REMOTE_CODE)
                 model = AutoModel.from_pretrained(
-                    str(directory), local_files_only=True, use_safetensors=True
+                    str(directory), use_safetensors=True, **NO_REMOTE_CODE
                 )
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError, SafetensorError) as exc:
             raise ModelLoadError(f"cannot load an encoder from {str(directory)!r}: {exc}") from exc
         return model, tokenizer
 

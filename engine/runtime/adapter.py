@@ -15,13 +15,60 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from engine.errors import ModelLoadError
 
 ADAPTER_DIR = "adapter"
+ADAPTER_CONFIG = "adapter_config.json"
 _PREFIX = "base_model.model."
+
+
+def read_adapter_config(directory: Path) -> dict[str, Any]:
+    """``adapter_config.json`` of the adapter in ``directory``, its LoRA fields checked.
+
+    Raises:
+        ModelLoadError: naming the file and the field, for invalid JSON, a field of the
+            wrong type or a rank below 1 (peft would raise TypeError or divide by zero).
+    """
+    path = directory / ADAPTER_CONFIG
+    where = str(path)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc})", file=where) from exc
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{path}: expected a JSON object", file=where)
+
+    def bad(field: str, expected: str) -> ModelLoadError:
+        got = config[field]
+        return ModelLoadError(
+            f"{path}: field {field!r} must be {expected}; got {got!r}", file=where, field=field
+        )
+
+    if "r" not in config:
+        raise ModelLoadError(f"{path}: field 'r' (the LoRA rank) is missing", file=where, field="r")
+    rank = config["r"]
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise bad("r", "a positive integer")
+    alpha = config.get("lora_alpha", rank)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha):
+        raise bad("lora_alpha", "a finite number")
+    for field in ("use_rslora", "fan_in_fan_out", "use_dora"):
+        if config.get(field) is not None and not isinstance(config[field], bool):
+            raise bad(field, "true or false")
+    if not isinstance(config.get("peft_type", "LORA"), str):
+        raise bad("peft_type", "a string")
+    if str(config.get("peft_type", "LORA")).upper() != "LORA":
+        raise ModelLoadError(
+            f"{path}: field 'peft_type': only LoRA adapters are supported; got "
+            f"{config['peft_type']!r}",
+            file=where,
+            field="peft_type",
+        )
+    return config
 
 
 @torch.no_grad()
@@ -34,17 +81,21 @@ def merge_lora(model: torch.nn.Module, directory: Path) -> int:
             f"adapter dir {str(directory)!r} needs adapter_config.json and "
             "adapter_model.safetensors (peft format)"
         )
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    config = json.loads(config_path.read_text())
-    if str(config.get("peft_type", "LORA")).upper() != "LORA":
-        raise ModelLoadError(f"{config_path}: only LoRA adapters are supported")
+    config = read_adapter_config(directory)
     rank = int(config["r"])
     alpha = float(config.get("lora_alpha", rank))
     scaling = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
     fan_in_fan_out = bool(config.get("fan_in_fan_out", False))
     dora = bool(config.get("use_dora", False))
-    weights = load_file(str(weights_path))
+    try:
+        weights = load_file(str(weights_path))
+    except (SafetensorError, OSError) as exc:  # a truncated or unreadable file
+        raise ModelLoadError(
+            f"{weights_path}: cannot read the adapter weights ({exc})", file=str(weights_path)
+        ) from exc
     modules = dict(model.named_modules())
     merged = 0
     for name, a in weights.items():
@@ -58,6 +109,12 @@ def merge_lora(model: torch.nn.Module, directory: Path) -> int:
             raise ModelLoadError(
                 f"{weights_path}: adapter weight {name!r} does not match a linear layer of the "
                 "backbone (was it trained on another model?)"
+            )
+        if a.dim() != 2 or b.dim() != 2 or b.shape[1] != a.shape[0]:
+            raise ModelLoadError(
+                f"{weights_path}: {name} has shape {tuple(a.shape)} and its lora_B "
+                f"{tuple(b.shape)}; they do not multiply",
+                file=str(weights_path),
             )
         delta = (b.float() @ a.float()) * scaling
         if fan_in_fan_out:

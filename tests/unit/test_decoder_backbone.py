@@ -285,3 +285,40 @@ def test_saved_options_come_back(qwen_dir: Path, tmp_path: Path) -> None:
     assert isinstance(loaded.backbone, DecoderBackbone)
     assert loaded.backbone.rotations == 2 and loaded.backbone.prior is None
     assert loaded.model_version == engine.model_version
+
+
+@pytest.mark.parametrize(
+    ("damage", "field"),
+    [({"r": "eight"}, "r"), ({"lora_alpha": [16]}, "lora_alpha"), (None, None)],
+    ids=["rank-string", "alpha-list", "not-json"],
+)
+def test_a_corrupt_decoder_adapter_is_a_model_load_error(
+    qwen_dir: Path, tmp_path: Path, damage: dict[str, Any] | None, field: str | None
+) -> None:
+    pytest.importorskip("peft")
+    import json
+
+    engine = DecisionEngine(backbone="decoder", path=qwen_dir, device="cpu", warmup=False)
+    engine.backbone.add_adapter(rank=2)  # type: ignore[attr-defined]
+    engine.save_pretrained(tmp_path / "tuned")
+    config = tmp_path / "tuned" / "adapter" / "adapter_config.json"
+    if damage is None:
+        config.write_text("{not json")
+    else:
+        config.write_text(json.dumps({**json.loads(config.read_text()), **damage}))
+    with pytest.raises(ModelLoadError, match=r"adapter_config\.json") as caught:
+        DecisionEngine.from_pretrained(tmp_path / "tuned", device="cpu", warmup=False)
+    assert type(caught.value) is ModelLoadError
+    assert caught.value.field == field
+
+
+def test_a_decoder_dir_with_auto_map_is_refused(qwen_dir: Path, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    evil = shutil.copytree(qwen_dir, tmp_path / "evil")
+    config = json.loads((evil / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling.Evil"}
+    (evil / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match="auto_map"):
+        DecisionEngine.from_pretrained(evil, device="cpu", warmup=False)

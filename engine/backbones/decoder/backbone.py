@@ -34,6 +34,7 @@ from engine.backbones.decoder.prompt import (
 )
 from engine.backbones.decoder.tree import Group, Row, TreeScorer
 from engine.backbones.encoder import _quiet_transformers
+from engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
 from engine.calibration.temperature import Calibrator
 from engine.errors import (
     InvalidRequestError,
@@ -92,6 +93,7 @@ def _read_hf_config(directory: Path) -> dict[str, Any]:
         raise ModelLoadError(f"decoder: {path} is not valid JSON ({exc})") from exc
     if not isinstance(data, dict):
         raise ModelLoadError(f"decoder: {path} is not a JSON object")
+    check_hf_dir(directory)
     return data
 
 
@@ -214,21 +216,22 @@ class DecoderBackbone:
     # -- loading ----------------------------------------------------------------------
 
     def _load(self) -> tuple[Any, Any]:
+        from safetensors import SafetensorError
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         directory = str(self.directory)
         try:
             with _quiet_transformers():
-                tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+                tokenizer = AutoTokenizer.from_pretrained(directory, **NO_REMOTE_CODE)
                 model = AutoModelForCausalLM.from_pretrained(
                     directory,
-                    local_files_only=True,
+                    **NO_REMOTE_CODE,
                     use_safetensors=True,
                     dtype=self.dtype,
                     # Tree masks are arbitrary 4-D masks: SDPA takes them, flash-attn not.
                     attn_implementation="sdpa",
                 )
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, SafetensorError) as exc:
             raise ModelLoadError(
                 f"decoder: cannot load a causal LM from {directory!r}: {exc}"
             ) from exc
@@ -482,12 +485,18 @@ class DecoderBackbone:
             raise ModelLoadError(f"adapter: {str(path)!r} has no adapter_config.json")
         if self.has_adapter:
             raise ValueError("the model already has an adapter")
+        from safetensors import SafetensorError
+
+        from engine.runtime.adapter import read_adapter_config
+
+        read_adapter_config(path)  # a typed error naming the field, before peft reads it
+
         try:
             with peft_quietly():
                 self.model = peft.PeftModel.from_pretrained(
                     self.model, str(path), is_trainable=False
                 )
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, SafetensorError) as exc:
             raise ModelLoadError(f"adapter: cannot load {str(path)!r}: {exc}") from exc
         self.model.eval()
         self._adapter_digest = None

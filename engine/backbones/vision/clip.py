@@ -27,6 +27,7 @@ import torch
 from PIL import Image
 
 from engine.backbones.encoder import _quiet_transformers
+from engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
 from engine.errors import ModelLoadError
 from engine.runtime.devices import select_device, select_dtype
 
@@ -62,6 +63,7 @@ class ClipImageEncoder:
         template: str = "a screenshot of {}",
         cache_size: int = 4096,
     ) -> None:
+        from safetensors import SafetensorError
         from transformers import AutoConfig, AutoModel, AutoProcessor
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -71,7 +73,12 @@ class ClipImageEncoder:
                 f"image encoder path {str(directory)!r} has no config.json; pass a local CLIP "
                 "or SigLIP directory (nothing is downloaded)"
             )
-        config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+        check_hf_dir(directory, tokenizer=False)  # refuses auto_map before transformers reads
+        try:
+            config = AutoConfig.from_pretrained(str(directory), **NO_REMOTE_CODE)
+        except (OSError, ValueError, KeyError) as exc:
+            where = directory / "config.json"
+            raise ModelLoadError(f"{where}: not a usable config ({exc})") from exc
         if config.model_type not in SUPPORTED:
             raise ModelLoadError(
                 f"image encoder {str(directory)!r} is a {config.model_type!r} model; "
@@ -84,13 +91,11 @@ class ClipImageEncoder:
         self.dtype = select_dtype(self.device, dtype)
         try:
             with _quiet_transformers():
-                self.processor = AutoProcessor.from_pretrained(
-                    str(directory), local_files_only=True
-                )
+                self.processor = AutoProcessor.from_pretrained(str(directory), **NO_REMOTE_CODE)
                 self.model = AutoModel.from_pretrained(
-                    str(directory), local_files_only=True, dtype=self.dtype, use_safetensors=True
+                    str(directory), dtype=self.dtype, use_safetensors=True, **NO_REMOTE_CODE
                 )
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, KeyError, SafetensorError) as exc:
             raise ModelLoadError(
                 f"cannot load image encoder from {str(directory)!r}: {exc}"
             ) from exc
