@@ -23,14 +23,16 @@ Keys left at their default are omitted, so older readers load newer saves.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.backbones import PACKAGED
+from engine.backbones import BACKBONES, PACKAGED
 from engine.calibration.temperature import Calibrator
-from engine.errors import ModelLoadError
+from engine.errors import ClefError, ModelLoadError
 from engine.runtime.adapter import ADAPTER_DIR
+from engine.runtime.general import is_prompted
 
 if TYPE_CHECKING:
     from engine.runtime.engine import DecisionEngine
@@ -40,6 +42,8 @@ FORMAT_VERSION = 1
 CONFIG = "config.json"
 ENSEMBLE_DIR = "members"
 """Where an ensemble keeps its members' model dirs."""
+PACKAGED_NAMES = (PACKAGED, "packaged", "default")
+"""``backbone.path`` values that name the embedded model, not a directory."""
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -65,34 +69,133 @@ def detect_kind(hf_config: dict[str, Any]) -> str:
     return "encoder"
 
 
+def bad_field(where: Path, field: str, problem: str) -> ModelLoadError:
+    """A :class:`ModelLoadError` for ``field`` of the file ``where``."""
+    return ModelLoadError(f"{where}: field {field!r} {problem}", file=str(where), field=field)
+
+
+def _check_common(data: dict[str, Any], where: Path) -> None:
+    """The fields every clef-agents ``config.json`` may hold, by type (a model dir is
+    input: a wrong type is a :class:`ModelLoadError` naming the field, never a TypeError)."""
+    version = data.get("format_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise bad_field(where, "format_version", f"must be a positive integer; got {version!r}")
+    if version > FORMAT_VERSION:
+        raise bad_field(
+            where,
+            "format_version",
+            f"is {version}, newer than this clef-agents understands ({FORMAT_VERSION}); "
+            "upgrade clef-agents",
+        )
+    for name in ("model_name", "model_version"):
+        if name in data and not isinstance(data[name], str):
+            raise bad_field(where, name, f"must be a string; got {data[name]!r}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_calibrator(data: dict[str, Any], where: Path) -> Calibrator:
+    """The ``calibration`` section of ``config.json``, each value checked."""
+    from engine.calibration.histogram import HistogramBinning
+
+    section = data.get("calibration") or {}
+    if not isinstance(section, dict):
+        raise bad_field(where, "calibration", f"must be an object; got {section!r}")
+    for name in ("temperatures", "biases"):
+        values = section.get(name) or {}
+        if not isinstance(values, dict):
+            raise bad_field(where, f"calibration.{name}", f"must be an object; got {values!r}")
+        for key, value in values.items():
+            if not _number(value) or (name == "temperatures" and value <= 0):
+                expected = "a positive number" if name == "temperatures" else "a finite number"
+                raise bad_field(
+                    where, f"calibration.{name}.{key}", f"must be {expected}; got {value!r}"
+                )
+    if not isinstance(section.get("source", ""), str):
+        raise bad_field(where, "calibration.source", f"must be a string; got {section['source']!r}")
+    histograms = section.get("histograms") or {}
+    if not isinstance(histograms, dict):
+        raise bad_field(where, "calibration.histograms", f"must be an object; got {histograms!r}")
+    for key, value in histograms.items():
+        try:
+            if not isinstance(value, dict):
+                raise TypeError("expected an object with 'edges' and 'values'")
+            HistogramBinning.from_dict(value)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise bad_field(
+                where, f"calibration.histograms.{key}", f"is not usable ({exc})"
+            ) from exc
+    return Calibrator.from_dict(section)
+
+
+def backbone_path(directory: Path, path: Any, where: Path) -> str:
+    """Where the backbone of the model dir ``directory`` is, from ``backbone.path``.
+
+    The packaged reference stays symbolic. A relative path must stay inside the model dir
+    once resolved (no ``..``, no symlink out): a model dir is input, and must not make
+    the engine read files beside it. An absolute path is a backbone that the model was
+    saved against on this machine (``save_pretrained`` without ``copy_backbone``), and is
+    loaded under the same rules as any backbone dir (no remote code, safetensors only).
+    """
+    if not isinstance(path, str) or not path:
+        raise bad_field(where, "backbone.path", f"must be a non-empty string; got {path!r}")
+    if path in PACKAGED_NAMES:
+        return path
+    if Path(path).is_absolute():
+        return path
+    inside = directory.resolve()
+    resolved = (directory / path).resolve()
+    if not resolved.is_relative_to(inside):
+        raise bad_field(
+            where,
+            "backbone.path",
+            f"{path!r} leads outside the model dir; a relative backbone path must name a "
+            "dir inside it (save with copy_backbone=True to bundle the backbone)",
+        )
+    return str(resolved)
+
+
 def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionEngine:
     data = read_config(directory)
     if data.get("format") != FORMAT:
         # A bare Hugging Face model directory.
         kwargs.setdefault("backbone", detect_kind(data))
         return cls(path=directory, **kwargs)
-    version = data.get("format_version", 1)
-    if version > FORMAT_VERSION:
-        raise ModelLoadError(
-            f"{directory / CONFIG}: format_version {version} is newer than this clef-agents "
-            f"understands ({FORMAT_VERSION}); upgrade clef-agents"
-        )
+    where = directory / CONFIG
+    _check_common(data, where)
     if "ensemble" in data:
         return _load_ensemble(cls, directory, data, kwargs)
-    backbone = dict(data.get("backbone") or {})
+    section = data.get("backbone") or {}
+    if not isinstance(section, dict):
+        raise bad_field(where, "backbone", f"must be an object; got {section!r}")
+    backbone = dict(section)
     kind = backbone.pop("kind", "encoder")
-    path = backbone.pop("path", PACKAGED)
-    if path != PACKAGED and not Path(path).is_absolute():
-        path = str((directory / path).resolve())
+    if not isinstance(kind, str) or kind not in BACKBONES:
+        raise bad_field(
+            where, "backbone.kind", f"is {kind!r}; known kinds: {', '.join(sorted(BACKBONES))}"
+        )
+    path = backbone_path(directory, backbone.pop("path", PACKAGED), where)
+    head = data.get("head")
+    if head is not None and not isinstance(head, dict):
+        raise bad_field(where, "head", f"must be an object; got {head!r}")
+    if head:
+        _check_head(head, where)
     # The trainer's LoRA is merged into an encoder; a decoder keeps its peft adapter
     # live (``load_adapter`` below) so that its version follows the adapter weights.
-    trained = bool(data.get("head")) or ((directory / ADAPTER_DIR).is_dir() and kind == "encoder")
+    trained = bool(head) or ((directory / ADAPTER_DIR).is_dir() and kind == "encoder")
+    # A model dir may carry a second calibration fitted under int8 (the general model's).
+    field = "calibration"
+    if kwargs.get("quantize") == "int8" and "calibration_int8" in data:
+        field = "calibration_int8"
+    calibrator = read_calibrator({"calibration": data.get(field)}, where)
     if "backbone" not in kwargs and not trained:
-        rebuilt = _rebuild_backbone(kind, path, backbone, kwargs)
+        rebuilt = _rebuild_backbone(kind, path, backbone, kwargs, where)
         if rebuilt is not None:
             kwargs["backbone"] = rebuilt
     kwargs.setdefault("backbone", kind)
-    kwargs.setdefault("calibrator", Calibrator.from_dict(data.get("calibration") or {}))
+    kwargs.setdefault("calibrator", calibrator)
     if "model_name" in data:
         kwargs.setdefault("model_name", data["model_name"])
     if trained:
@@ -105,12 +208,28 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
     return engine
 
 
-def _rebuild_backbone(kind: str, path: str, saved: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+def _check_head(head: dict[str, Any], where: Path) -> None:
+    """The shape of a trained ``head`` entry; its values are checked against the weights
+    when the head loads (:meth:`~engine.heads.option_evidence.OptionEvidenceHead.load`)."""
+    if not isinstance(head.get("config"), dict):
+        raise bad_field(where, "head.config", f"must be an object; got {head.get('config')!r}")
+    for name in ("questions", "memory"):
+        entries = head.get(name) or {}
+        if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+            raise bad_field(where, f"head.{name}", "must be an object of objects by fingerprint")
+    if not isinstance(head.get("scope", "trained"), str):
+        raise bad_field(where, "head.scope", f"must be a string; got {head['scope']!r}")
+
+
+def _rebuild_backbone(
+    kind: str, path: str, saved: dict[str, Any], kwargs: dict[str, Any], where: Path
+) -> Any:
     """Rebuild the backbone with the options its ``config()`` saved (e.g. ``max_length``,
     the decoder's ``rotations``, the vision backbone's ``clip_path``).
 
     Only keys the backbone's constructor takes are passed back; ``None`` when there are
-    none, so the engine builds the backbone with its defaults.
+    none, so the engine builds the backbone with its defaults. A saved option of the wrong
+    type or out of range is a :class:`ModelLoadError` naming ``backbone.<option>``.
     """
     import inspect
 
@@ -125,13 +244,25 @@ def _rebuild_backbone(kind: str, path: str, saved: dict[str, Any], kwargs: dict[
     }
     if not options:
         return None
-    return factory(
-        path,
-        device=kwargs.get("device"),
-        dtype=kwargs.get("dtype"),
-        quantize=kwargs.get("quantize"),
-        **options,
-    )
+    for name, value in options.items():
+        if name == "clip_path":
+            if value is not None and not isinstance(value, str):
+                raise bad_field(where, f"backbone.{name}", f"must be a string; got {value!r}")
+        elif value is not None and not isinstance(value, str | int | float):
+            raise bad_field(where, f"backbone.{name}", f"must be a scalar; got {value!r}")
+    try:
+        return factory(
+            path,
+            device=kwargs.get("device"),
+            dtype=kwargs.get("dtype"),
+            quantize=kwargs.get("quantize"),
+            **options,
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ClefError):  # already names its own field
+            raise
+        field = f"backbone.{'/'.join(sorted(options))}"
+        raise bad_field(where, field, f"is not usable ({exc})") from exc
 
 
 def _load_trained(
@@ -163,6 +294,8 @@ def _load_trained(
         backbone.model = _quantize_int8(backbone.model)  # type: ignore[attr-defined]
         backbone.quantize = "int8"  # type: ignore[attr-defined]
     engine = cls(backbone, **kwargs)
+    if is_prompted(data):  # trained on option texts with the instructions in front
+        engine.head.prompted = True
     backbone_device = backbone.device
     info = data.get("head")
     if info:
@@ -210,7 +343,8 @@ def _load_ensemble(
     where = directory / CONFIG
     names = data["ensemble"]
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ModelLoadError(f"{where}: 'ensemble' must be a non-empty list of member dirs")
+        raise bad_field(where, "ensemble", "must be a non-empty list of member dirs")
+    ensemble_calibrator = read_calibrator(data, where)
     if "backbone" in kwargs:
         raise ModelLoadError(
             f"{where}: an ensemble loads each member's own backbone; do not pass backbone="
@@ -222,12 +356,19 @@ def _load_ensemble(
         if Path(name).is_absolute() or not path.is_relative_to(directory.resolve()):
             raise ModelLoadError(f"{where}: ensemble member {name!r} is not inside the model dir")
         member = read_config(path)
-        if member.get("format") != FORMAT or "ensemble" in member or not member.get("head"):
+        head = member.get("head")
+        if (
+            member.get("format") != FORMAT
+            or "ensemble" in member
+            or not head
+            or not isinstance(head, dict)
+        ):
             raise ModelLoadError(
                 f"{path / CONFIG}: an ensemble member must be a fine-tuned clef-agents model "
                 "dir with a trained head (not a bare backbone, nor another ensemble)"
             )
-        trained = sorted(member["head"].get("questions") or {})
+        _check_head(head, path / CONFIG)
+        trained = sorted(head.get("questions") or {})
         if questions is not None and trained != questions:
             raise ModelLoadError(
                 f"{path / CONFIG}: ensemble member {name!r} was trained on other questions "
@@ -238,7 +379,7 @@ def _load_ensemble(
         members.append(load(cls, path, **options, warmup=kwargs.get("warmup", True)))
     calibrator = kwargs.pop("calibrator", None)
     if calibrator is None:
-        calibrator = Calibrator.from_dict(data.get("calibration") or {})
+        calibrator = ensemble_calibrator
     if "model_name" in data:
         kwargs.setdefault("model_name", data["model_name"])
     for key in ("device", "dtype", "quantize"):  # the members' backbones are already built
