@@ -16,6 +16,12 @@ from typing import Any
 
 from clef_agents.cli import UsageError
 from clef_agents.cli.common import add_engine_args, build_engine
+from engine.schema.limits import (
+    SERVER_MAX_BATCH_STATE_CHARS,
+    SERVER_MAX_EXAMPLE_TEXTS,
+    SERVER_MAX_OPTION_TEXTS,
+    SERVER_MAX_STATE_CHARS,
+)
 
 EPILOG = """examples:
   clef-agents serve                                  # embedded model on 127.0.0.1:8000
@@ -64,9 +70,44 @@ def register(sub: Any) -> None:
         action="append",
         default=None,
         metavar="NAME",
-        help="extra accepted model name (repeatable; default: jev-latest)",
+        help="extra accepted model name, besides jev-latest and jev-<version> (repeatable)",
     )
     p.add_argument("--any-model", action="store_true", help="accept any model name in requests")
+    p.add_argument(
+        "--jev-versions",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="accept Jev's pinned names such as jev-1.13.0 (default: yes)",
+    )
+    p.add_argument(
+        "--max-state-chars",
+        type=int,
+        default=SERVER_MAX_STATE_CHARS,
+        metavar="N",
+        help=f"longest rendered state per request (413; default {SERVER_MAX_STATE_CHARS})",
+    )
+    p.add_argument(
+        "--max-batch-state-chars",
+        type=int,
+        default=SERVER_MAX_BATCH_STATE_CHARS,
+        metavar="N",
+        help="rendered state characters of one batch request, all states "
+        f"(413; default {SERVER_MAX_BATCH_STATE_CHARS})",
+    )
+    p.add_argument(
+        "--max-option-texts",
+        type=int,
+        default=SERVER_MAX_OPTION_TEXTS,
+        metavar="N",
+        help=f"distinct option texts per request (422; default {SERVER_MAX_OPTION_TEXTS})",
+    )
+    p.add_argument(
+        "--max-example-texts",
+        type=int,
+        default=SERVER_MAX_EXAMPLE_TEXTS,
+        metavar="N",
+        help=f"option examples per request (422; default {SERVER_MAX_EXAMPLE_TEXTS})",
+    )
     p.add_argument(
         "--drain-timeout", type=float, default=30.0, metavar="S", help="graceful shutdown limit"
     )
@@ -99,8 +140,14 @@ def server_config(args: argparse.Namespace) -> Any:
         max_body_bytes=int(args.max_body_mb * 1024 * 1024),
         body_timeout_s=args.body_timeout,
         api_key=api_key,
-        aliases=tuple(args.alias) if args.alias else DEFAULT_ALIASES,
+        # --alias adds names; jev-latest stays accepted (the official SDKs send it).
+        aliases=tuple(dict.fromkeys((*DEFAULT_ALIASES, *(args.alias or ())))),
         any_model=args.any_model,
+        jev_versions=args.jev_versions,
+        max_state_chars=args.max_state_chars,
+        max_batch_state_chars=args.max_batch_state_chars,
+        max_option_texts=args.max_option_texts,
+        max_example_texts=args.max_example_texts,
         drain_timeout_s=args.drain_timeout,
     )
     try:

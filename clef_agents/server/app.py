@@ -17,6 +17,7 @@ import asyncio
 import functools
 import hmac
 import logging
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -28,6 +29,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from clef_agents.server import budget
 from clef_agents.server.batcher import MicroBatcher, Overloaded, ShuttingDown
 from clef_agents.server.body import (
     attach_parts,
@@ -46,6 +48,7 @@ from clef_agents.server.errors import (
     error_payload,
 )
 from clef_agents.server.metrics import Metrics
+from clef_agents.server.openapi import openapi
 from engine.errors import InvalidRequestError
 from engine.schema.request import DecisionRequest, questions_from
 
@@ -54,6 +57,8 @@ logger = logging.getLogger("clef_agents.server")
 REQUEST_ID_HEADER = "x-typesafe-request-id"
 ROUTES = ("/v1/systemone", "/v1/systemone/batch", "/v1/models", "/healthz", "/readyz", "/metrics")
 _ALWAYS_OPEN = ("/healthz", "/readyz", "/metrics")
+JEV_VERSIONED = re.compile(r"jev-\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?", re.ASCII)
+"""Jev's pinned model names (``jev-1.13.0``), accepted unless ``jev_versions=False``."""
 
 Submit = Callable[[Sequence[Any]], Awaitable[list[Any]]]
 
@@ -93,7 +98,12 @@ class ServerState:
         return self.config.max_queue + self.config.max_batch
 
     def accepts(self, model: str) -> bool:
-        return self.config.any_model or model == self.model_name or model in self.config.aliases
+        return (
+            self.config.any_model
+            or model == self.model_name
+            or model in self.config.aliases
+            or (self.config.jev_versions and JEV_VERSIONED.fullmatch(model) is not None)
+        )
 
     async def ensure_started(self) -> None:
         """Start the batcher on first use (ASGI servers without lifespan, e.g. tests)."""
@@ -261,12 +271,20 @@ def _authorize(state: ServerState, request: Request) -> None:
     scheme, _, given = header.partition(" ")
     if not header:
         raise HTTPError(
-            401, "authentication_error", "missing API key: send Authorization: Bearer <key>"
+            401,
+            "authentication_error",
+            "missing API key: send Authorization: Bearer <key>",
+            headers={"WWW-Authenticate": 'Bearer realm="clef-agents"'},
         )
     # Compare in constant time, on bytes, whatever the scheme said.
     ok = hmac.compare_digest(given.strip().encode(), key.encode())
     if scheme.lower() != "bearer" or not ok:
-        raise HTTPError(401, "authentication_error", "invalid API key")
+        raise HTTPError(
+            401,
+            "authentication_error",
+            "invalid API key",
+            headers={"WWW-Authenticate": 'Bearer realm="clef-agents", error="invalid_token"'},
+        )
 
 
 async def _read_payload(state: ServerState, request: Request) -> Any:
@@ -337,14 +355,20 @@ def create_app(
         title="clef-agents decision server",
         description="TypeSafe /v1/systemone on a local decision engine.",
         lifespan=lifespan,
+        # A redirect would build its Location from the client's Host header.
+        redirect_slashes=False,
     )
     app.state.clef = state
+    app.openapi = functools.partial(openapi, app)  # type: ignore[method-assign]
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_exception(request: Request, exc: StarletteHTTPException) -> Response:
         kinds = {404: "not_found_error", 405: "method_not_allowed"}
         error = HTTPError(
-            exc.status_code, kinds.get(exc.status_code, "http_error"), str(exc.detail)
+            exc.status_code,
+            kinds.get(exc.status_code, "http_error"),
+            str(exc.detail),
+            headers=dict(exc.headers or {}),  # 405 carries Allow
         )
         return _error_response(error)
 
@@ -354,10 +378,13 @@ def create_app(
         _authorize(state, request)
         payload = await _read_payload(state, request)
         try:
-            decision = DecisionRequest.parse(payload)
+            # Over HTTP a path-like string is text: the server never opens its own files.
+            decision = DecisionRequest.parse(payload).without_paths()
         except InvalidRequestError as exc:
             raise ValidationFailed.from_engine(exc) from None
         _check_model(state, payload)
+        budget.check_questions(decision.questions, cfg)
+        budget.check_state(decision.state, cfg)
         await state.ensure_started()
         [slot] = await state.batcher.submit([decision])
         if isinstance(slot, BaseException):
@@ -387,6 +414,8 @@ def create_app(
         except InvalidRequestError as exc:
             raise ValidationFailed.from_engine(exc) from None
         _check_model(state, payload)
+        budget.check_questions(parsed, cfg)
+        budget.check_batch_states(states, cfg)
         slots: list[Any] = [None] * len(states)
         good: list[tuple[int, DecisionRequest]] = []
         for i, item in enumerate(states):
@@ -394,9 +423,13 @@ def create_app(
             if payload.get("assets") is not None:
                 item_payload["assets"] = payload["assets"]
             try:
-                good.append((i, DecisionRequest.parse(item_payload)))
+                decision = DecisionRequest.parse(item_payload).without_paths()
+                budget.check_state(decision.state, cfg, i)
+                good.append((i, decision))
             except InvalidRequestError as exc:
                 slots[i] = ValidationFailed.from_engine(exc, ("states", i))
+            except (HTTPError, ValidationFailed) as error:
+                slots[i] = error
         await state.ensure_started()
         answered = await state.batcher.submit([r for _, r in good]) if good else []
         for (i, _), slot in zip(good, answered, strict=True):

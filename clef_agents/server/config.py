@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.schema.limits import (
+    SERVER_MAX_BATCH_STATE_CHARS,
+    SERVER_MAX_EXAMPLE_TEXTS,
+    SERVER_MAX_OPTION_TEXTS,
+    SERVER_MAX_STATE_CHARS,
+)
+
 DEFAULT_ALIASES = ("jev-latest",)
 """Model names accepted besides the served model's own (the official SDKs send ``jev-latest``)."""
 
@@ -43,6 +50,17 @@ class ServerConfig:
     release_date: str = "2026-01-01"
     """Reported by ``GET /v1/models``."""
     extra_headers: dict[str, str] = field(default_factory=dict)
+    jev_versions: bool = True
+    """Also accept Jev's versioned model names (``jev-1.13.0``, ``jev-<semver>``) that
+    some clients pin."""
+    max_state_chars: int = SERVER_MAX_STATE_CHARS
+    """Compute budget: longest rendered state of one request, images left out (413)."""
+    max_batch_state_chars: int = SERVER_MAX_BATCH_STATE_CHARS
+    """Compute budget: rendered state characters of one batch request, all states (413)."""
+    max_option_texts: int = SERVER_MAX_OPTION_TEXTS
+    """Compute budget: distinct option texts over all questions of one request (422)."""
+    max_example_texts: int = SERVER_MAX_EXAMPLE_TEXTS
+    """Compute budget: option examples over all questions of one request (422)."""
 
     @property
     def batching(self) -> bool:
@@ -62,4 +80,12 @@ class ServerConfig:
             raise ValueError(f"body_timeout_s must be > 0; got {self.body_timeout_s}")
         if self.max_batch_items < 1:
             raise ValueError(f"max_batch_items must be >= 1; got {self.max_batch_items}")
+        for name in (
+            "max_state_chars",
+            "max_batch_state_chars",
+            "max_option_texts",
+            "max_example_texts",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
         return self

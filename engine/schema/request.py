@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator
 
 from engine.errors import InvalidRequestError
 from engine.schema.image_limits import MAX_ASSET_KEY_CHARS, MAX_IMAGES
@@ -58,6 +58,19 @@ class DecisionRequest(BaseModel):
     state: Any
     questions: dict[str, Question]
     assets: dict[str, ImageAsset] | None = None
+    _allow_paths: bool = PrivateAttr(default=True)
+
+    @property
+    def allow_paths(self) -> bool:
+        """Whether a string in the state may name an image file to read (not over HTTP)."""
+        return self._allow_paths
+
+    def without_paths(self) -> DecisionRequest:
+        """A copy whose path-like strings are text, never opened (what the server decides)."""
+        copy = self.model_copy()
+        copy._allow_paths = False
+        return copy
+
     @field_validator("model")
     @classmethod
     def _check_model(cls, value: str) -> str:

@@ -240,11 +240,13 @@ def from_data_url(url: str, where: str) -> ImageRef:
     return from_bytes(data, where, declared=match.group(1))
 
 
-def is_image_string(text: str, *, top_level: bool) -> bool:
+def is_image_string(text: str, *, top_level: bool, allow_paths: bool = True) -> bool:
     """Whether a string is an image rather than prose.
 
     Data URLs always are. A whole state (``top_level``) is also an image when it is bare
-    base64 of a PNG/JPEG/WebP file, or a single token ending in .png/.jpg/.jpeg/.webp (a path).
+    base64 of a PNG/JPEG/WebP file, or (with ``allow_paths``) a single token ending in
+    .png/.jpg/.jpeg/.webp (a path). Without ``allow_paths`` (requests over HTTP) such a
+    token is text: the server never reads its own files for a client.
     """
     if text.startswith("data:image/"):
         return True
@@ -255,31 +257,35 @@ def is_image_string(text: str, *, top_level: bool) -> bool:
         return False
     if stripped.startswith(_B64_MAGIC) and len(stripped) >= 32:
         return True
-    if "://" in stripped or len(stripped) > _MAX_PATH_CHARS:
+    if not allow_paths or "://" in stripped or len(stripped) > _MAX_PATH_CHARS:
         return False  # URLs are never fetched; they stay text
     return stripped.lower().endswith(_SUFFIXES)
 
 
-def is_image(value: Any, *, top_level: bool = False) -> bool:
+def is_image(value: Any, *, top_level: bool = False, allow_paths: bool = True) -> bool:
     """Whether ``value`` is an image input (not a container that holds one)."""
     if isinstance(value, Image.Image):
         return True
     if isinstance(value, (bytes, bytearray, memoryview)):
         return True
     if isinstance(value, os.PathLike):
-        return True
+        return allow_paths
     if isinstance(value, str):
-        return is_image_string(value, top_level=top_level)
+        return is_image_string(value, top_level=top_level, allow_paths=allow_paths)
     return False
 
 
-def open_image(value: Any, where: str, *, declared: str | None = None) -> ImageRef:
+def open_image(
+    value: Any, where: str, *, declared: str | None = None, allow_paths: bool = True
+) -> ImageRef:
     """Check and open any accepted image input.
 
     Args:
         value: A PIL image, encoded bytes, a path, a data URL or a base64 string.
         where: The field name used in errors.
         declared: The format an asset declares (``png``, ``jpg``, ``jpeg``, ``webp``).
+        allow_paths: Whether ``value`` may name a file to read. ``False`` for requests over
+            HTTP; the error then neither names the path nor says whether it exists.
 
     Raises:
         InvalidRequestError: Unreadable, corrupt, of a refused format, or over a limit.
@@ -288,15 +294,20 @@ def open_image(value: Any, where: str, *, declared: str | None = None) -> ImageR
         return from_pil(value, where)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return from_bytes(bytes(value), where, declared=declared)
-    if isinstance(value, os.PathLike):
-        return from_path(value, where)
     if isinstance(value, str):
         stripped = value.strip()
         if stripped.startswith("data:"):
             return from_data_url(stripped, where)
         if declared is not None or stripped.startswith(_B64_MAGIC):
             return from_bytes(decode_base64(stripped, where), where, declared=declared)
-        return from_path(stripped, where)
+    if isinstance(value, (str, os.PathLike)):
+        if not allow_paths:
+            raise InvalidRequestError(
+                "images here must be data URLs or base64 (or multipart parts); "
+                "file paths are not read",
+                field=where,
+            )
+        return from_path(value.strip() if isinstance(value, str) else value, where)
     raise InvalidRequestError(
         f"unsupported image type {type(value).__name__}; use PIL, bytes, a path, base64 or a "
         "data URL",

@@ -64,23 +64,23 @@ class VisualRequest:
     text: str | None = None
 
 
-def _contains(value: Any, top: bool, depth: int = 0) -> bool:
+def _contains(value: Any, top: bool, depth: int = 0, paths: bool = True) -> bool:
     if depth > 64:
         return False
-    if is_image(value, top_level=top):
+    if is_image(value, top_level=top, allow_paths=paths):
         return True
     if isinstance(value, str):
         return "<image:" in value and IMAGE_PLACEHOLDER.search(value) is not None
     if isinstance(value, Mapping):
-        return any(_contains(v, False, depth + 1) for v in value.values())
+        return any(_contains(v, False, depth + 1, paths) for v in value.values())
     if isinstance(value, (list, tuple)):
-        return any(_contains(v, False, depth + 1) for v in value)
+        return any(_contains(v, False, depth + 1, paths) for v in value)
     return False
 
 
 def has_images(request: DecisionRequest) -> bool:
     """Whether a request carries images (state images, assets or placeholders)."""
-    return bool(request.assets) or _contains(request.state, True)
+    return bool(request.assets) or _contains(request.state, True, paths=request.allow_paths)
 
 
 def _canonical_key(key: str) -> str:
@@ -94,35 +94,38 @@ def _canonical_key(key: str) -> str:
     )
 
 
-def _part_image(part: Mapping[str, Any]) -> Any:
+def _part_image(part: Mapping[str, Any], paths: bool = True) -> Any:
     """The image inside a chat content part (OpenAI, Anthropic and LangChain shapes)."""
     for key in _PART_KEYS:
         value = part.get(key)
         if isinstance(value, Mapping):
             value = value.get("url") or value.get("data")
-        if value is not None and is_image(value, top_level=isinstance(value, str)):
+        if value is not None and is_image(
+            value, top_level=isinstance(value, str), allow_paths=paths
+        ):
             return value
     return None
 
 
 class _Collector:
-    def __init__(self) -> None:
+    def __init__(self, paths: bool = True) -> None:
         self.refs: list[ImageRef] = []
+        self.paths = paths  # False over HTTP: path-like strings stay text
 
     def add(self, value: Any, where: str) -> _Slot:
         if len(self.refs) >= MAX_IMAGES:
             raise InvalidRequestError(
                 f"more than {MAX_IMAGES} images in one request", field=where, limit=MAX_IMAGES
             )
-        self.refs.append(open_image(value, where))
+        self.refs.append(open_image(value, where, allow_paths=self.paths))
         return _Slot(len(self.refs) - 1)
 
     def walk(self, value: Any, where: str, top: bool = False) -> Any:
-        if is_image(value, top_level=top):
+        if is_image(value, top_level=top, allow_paths=self.paths):
             return self.add(value, where)
         if isinstance(value, Mapping):
             if "image" in str(value.get("type", "")):
-                found = _part_image(value)
+                found = _part_image(value, self.paths)
                 if found is not None:
                     return {"type": "text", "text": self.add(found, where)}
             return {k: self.walk(v, f"{where}.{k}") for k, v in value.items()}
@@ -133,7 +136,7 @@ class _Collector:
 
 def collect(request: DecisionRequest) -> VisualRequest:
     """Open (but do not decode) every image of ``request`` and check the request limits."""
-    collector = _Collector()
+    collector = _Collector(request.allow_paths)
     template = collector.walk(request.state, "state", top=True)
     n_state = len(collector.refs)
     assets: dict[str, int] = {}
@@ -148,7 +151,7 @@ def collect(request: DecisionRequest) -> VisualRequest:
             )
         data = asset.data_base64.strip()
         if data.startswith("data:"):
-            ref = open_image(data, f"assets.{key}", declared=asset.format)
+            ref = open_image(data, f"assets.{key}", declared=asset.format, allow_paths=False)
         else:
             raw = decode_base64(data, f"assets.{key}.data_base64")
             ref = from_bytes(raw, f"assets.{key}", declared=asset.format)
