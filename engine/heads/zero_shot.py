@@ -50,9 +50,27 @@ class PreparedQuestion:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def option_texts(question: _Question) -> list[str]:
-    """The text embedded for each option of ``question`` (see module docstring)."""
+def option_texts(question: _Question, *, prompted: bool = False) -> list[str]:
+    """The text embedded for each option of ``question`` (see module docstring).
+
+    ``prompted`` (the general decision model, :data:`PROMPTED`): every option is read with
+    the question's instructions in front of it ("How urgent is it? high"), and a yes/no
+    question always has two sides, ``"<instructions> yes"`` and ``"<instructions> no"``
+    unless the criteria describe a side. The model was trained on texts made this way.
+    """
     specs = question.option_specs()
+    if prompted:
+        instructions = question.instructions_text()
+        if isinstance(question, Noul):
+            return [
+                _join(instructions, s.description or default)
+                for s, default in zip(specs, ("yes", "no"), strict=True)
+            ]
+        if isinstance(question, Score):
+            return [_join(instructions, s.description or s.name) for s in specs]
+        if isinstance(question, Choice):
+            return [_join(instructions, s.text()) for s in specs]
+        raise TypeError(f"no option texts for question type {type(question).__name__}")
     if isinstance(question, Noul):
         instructions = question.instructions_text()
         return [s.description or instructions or s.name for s in specs]
@@ -63,28 +81,49 @@ def option_texts(question: _Question) -> list[str]:
     raise TypeError(f"no option texts for question type {type(question).__name__}")
 
 
-def prepare(question: _Question) -> PreparedQuestion:
+def _join(instructions: str, text: str) -> str:
+    return f"{instructions} {text}" if instructions else text
+
+
+def prepare(question: _Question, *, prompted: bool = False) -> PreparedQuestion:
     """Everything about a question that does not need the backbone."""
     specs = question.option_specs()
     prepared = PreparedQuestion(
         type=str(question.type),  # type: ignore[attr-defined]
         names=[s.name for s in specs],
-        texts=option_texts(question),
+        texts=option_texts(question, prompted=prompted),
     )
     if isinstance(question, Noul):
-        prepared.sides = question.sides()
+        # Prompted texts give a yes/no question both sides, whatever its criteria say.
+        prepared.sides = (True, True) if prompted else question.sides()
     if isinstance(question, Score):
         prepared.legend = question.legend()
     return prepared
 
 
 class ZeroShotHead:
-    """Cosine similarity, calibrated per (type, option-count bucket)."""
+    """Cosine similarity, calibrated per (type, option-count bucket).
+
+    Args:
+        calibrator: Temperatures; default: the similarity scorer's bundled ones.
+        prompted: Option texts carry the question's instructions (:func:`option_texts`);
+            set for the general decision model, whose backbone was trained on such texts.
+        fingerprint: Identity of the adapter merged into the backbone, if any.
+    """
 
     needs_token_states = False
 
-    def __init__(self, calibrator: Calibrator | None = None) -> None:
+    def __init__(
+        self,
+        calibrator: Calibrator | None = None,
+        *,
+        prompted: bool = False,
+        fingerprint: str | None = None,
+    ) -> None:
         self.calibrator = calibrator or Calibrator.bundled()
+        self.prompted = prompted
+        self.fingerprint = fingerprint
+        """Identity of adapted weights under this head (part of the model version)."""
 
     def logits(
         self, prepared: PreparedQuestion, similarity: torch.Tensor, state: torch.Tensor

@@ -43,7 +43,7 @@ from engine.errors import (
 from engine.heads.memory import fit_question_memory_cross
 from engine.heads.prototype import PrototypeClassifier
 from engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
-from engine.runtime import model_dir
+from engine.runtime import general, model_dir
 from engine.runtime.devices import select_device, select_dtype
 from engine.schema.answers import (
     Answer,
@@ -157,6 +157,10 @@ class DecisionEngine:
             :class:`StateTooLargeError` (states above the backbone window are windowed).
         model_name: Name reported in results when a request names no model.
         warmup: Run one forward at construction so the first call is not slow.
+        scorer: ``"general"`` (default): on the embedded model, the general decision
+            model shipped in the package (a LoRA adapter trained on many decision tasks,
+            :mod:`engine.runtime.general`); ``"similarity"``: the bare embedding
+            similarity of earlier releases. Other backbones and paths ignore it.
     """
 
     def __init__(
@@ -172,8 +176,22 @@ class DecisionEngine:
         model_name: str | None = None,
         warmup: bool = True,
         cache_size: int = 50_000,
+        scorer: str = "similarity",
     ) -> None:
-        if isinstance(backbone, str):
+        if scorer not in general.SCORERS:
+            raise ValueError(f"scorer must be one of {list(general.SCORERS)}; got {scorer!r}")
+        # The packaged general model: only on the packaged encoder, the default backbone.
+        use_general = scorer == "general" and backbone == "encoder" and path is None
+        fingerprint = None
+        if use_general:
+            data = general.read_general_config()
+            backbone = load_backbone("encoder", None, device=device, dtype=dtype)
+            fingerprint = "general:" + general.adapt_backbone(
+                backbone, general.GENERAL_DIR, quantize
+            )
+            calibrator = calibrator or general.calibration_for(data, quantize)
+            model_name = model_name or str(data.get("model_name") or "")
+        elif isinstance(backbone, str):
             backbone = load_backbone(backbone, path, device=device, dtype=dtype, quantize=quantize)
         self.backbone: Backbone = backbone
         if calibrator is None and hasattr(backbone, "default_calibrator"):
@@ -182,7 +200,7 @@ class DecisionEngine:
         elif calibrator is None and getattr(backbone, "quantize", None) == "int8":
             # int8 shifts the similarities; it has its own fitted temperatures.
             calibrator = Calibrator.bundled("int8")
-        self.head = ZeroShotHead(calibrator)
+        self.head = ZeroShotHead(calibrator, prompted=use_general, fingerprint=fingerprint)
         self.max_state_chars = int(max_state_chars)
         self.model_name = model_name or _default_name(self.backbone)
         self._vectors: _LRU = _LRU(cache_size)
@@ -275,7 +293,7 @@ class DecisionEngine:
             cached = self._prepared.get_or_none(cache_key)
             if cached is not None:
                 return cached
-            prepared = prepare(question)
+            prepared = prepare(question, prompted=getattr(self.head, "prompted", False))
             prepared.vectors = self._embed(prepared.texts)
             prepared.tokens = sum(self.backbone.count_tokens(prepared.texts))
             specs = question.option_specs()
@@ -397,6 +415,8 @@ class DecisionEngine:
             all_scored = vision.score_requests(self, texts, requests)
         else:
             all_scored = self.score(texts, requests)
+        knows = getattr(self.head, "knows", None)  # only a trained head has it
+        known: dict[int, str] = {}
         for request, scored in zip(requests, all_scored, strict=False):
             answers = {
                 qid: _answer(scored.prepared[qid], probs)
@@ -405,6 +425,13 @@ class DecisionEngine:
             if scored.answers:
                 answers.update(scored.answers)
                 answers = {q: answers[q] for q in request.questions if q in answers}
+            if knows is not None:  # a fine-tuned model: say which answers its head gave
+                for qid, answer in answers.items():
+                    if answer.type != "box":
+                        q = request.questions[qid]
+                        if id(q) not in known:  # a batch usually shares its questions
+                            known[id(q)] = "trained" if knows(q) else "zero_shot"
+                        setattr(answer, "x_head", known[id(q)])  # noqa: B010 - x_ extras
             results.append(
                 DecisionResult(
                     model=request.model if request.model != DEFAULT_MODEL else self.model_name,

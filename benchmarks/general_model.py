@@ -1,0 +1,162 @@
+"""Zero-shot quality of an engine: the decision mixture's test sets, BANKING77, the noul suite.
+
+Scores the engine as users meet it, with no examples and no fine-tuning:
+
+- every set of ``shared/data/decision-mix`` on its **test** split, asked its own question
+  (:meth:`engine.train.mixture.MixtureSampler.canonical`; at most ``--per-set`` rows);
+- BANKING77's test split (3,080 rows) as one 77-way choice over readable intent names
+  (never part of the general model's training or calibration);
+- ``tests/data/noul_suite.jsonl``, hand-written yes/no cases (never trained on).
+
+Each reports accuracy, top-label ECE (15 bins) and Brier. Run from the repo root:
+
+    python -m benchmarks.general_model                       # the default engine
+    python -m benchmarks.general_model --scorer similarity   # the bare similarity scorer
+    python -m benchmarks.general_model --model DIR --name lodo_snli --only snli
+
+Results go to ``benchmarks/results/general_model.json`` under ``--name``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import RESULTS, ROOT, machine, percentiles, shared_data
+from engine import DecisionEngine
+from engine.calibration.metrics import brier_score, top_label_ece
+from engine.schema.questions import Choice, Noul
+from engine.train.mixture import Item, MixtureSampler, load_mixture
+
+SUITE = ROOT / "tests" / "data" / "noul_suite.jsonl"
+OUT = RESULTS / "general_model.json"
+
+
+def score_items(engine: DecisionEngine, items: list[Item], batch: int = 64) -> dict[str, Any]:
+    """Accuracy, ECE and Brier of ``engine`` on ``items`` (each its own question)."""
+    correct, confidence, briers = [], [], []
+    for start in range(0, len(items), batch):
+        chunk = items[start : start + batch]
+        results = engine.decide_batch(
+            [it.state for it in chunk], [{"q": it.question} for it in chunk]
+        )
+        for it, result in zip(chunk, results, strict=True):
+            answer = result.answers["q"]
+            probs = _probabilities(answer)
+            top = int(np.argmax(probs))
+            correct.append(top == it.label)
+            confidence.append(float(probs[top]))
+            briers.append(brier_score(np.array([probs]), np.array([it.label])))
+    return {
+        "n": len(items),
+        "accuracy": round(float(np.mean(correct)), 4),
+        "ece": round(top_label_ece(np.array(confidence), np.array(correct)), 4),
+        "brier": round(float(np.mean(briers)), 4),
+    }
+
+
+def _probabilities(answer: Any) -> np.ndarray:
+    if answer.type == "noul":
+        return np.array([answer.noul, 1.0 - answer.noul])
+    return np.array(list(answer.probabilities.values()))
+
+
+def banking77_items() -> list[Item]:
+    import csv
+
+    data = shared_data() / "banking77"
+    rows = list(csv.DictReader((data / "test.csv").open(encoding="utf-8")))
+    intents = sorted({r["category"] for r in rows})
+    question = Choice(instructions="Which label fits the text?", criteria=dict.fromkeys(intents))
+    return [Item(r["text"], question, intents.index(r["category"]), "banking77") for r in rows]
+
+
+def suite_items(path: Path = SUITE) -> list[Item]:
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            case = json.loads(line)
+            q = Noul(instructions=case["question"])
+            out.append(Item(case["state"], q, 0 if case["answer"] else 1, case["category"]))
+    return out
+
+
+def latency(engine: DecisionEngine, items: list[Item], n: int = 100) -> dict[str, float]:
+    question = {"q": items[0].question}
+    engine.decide(items[0].state, question)
+    times = []
+    for it in items[:n]:
+        t0 = time.perf_counter()
+        engine.decide(it.state, question)
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return percentiles(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--name", default="default", help="section of the results JSON")
+    parser.add_argument("--model", default=None, help="a model dir (default: the default engine)")
+    parser.add_argument("--scorer", default=None, help="DecisionEngine(scorer=...)")
+    parser.add_argument("--quantize", default=None, choices=[None, "int8"])
+    parser.add_argument("--per-set", type=int, default=500)
+    parser.add_argument("--only", nargs="*", default=None, help="mixture sets to score")
+    parser.add_argument("--skip-banking77", action="store_true")
+    parser.add_argument("--latency", action="store_true")
+    args = parser.parse_args()
+
+    kwargs: dict[str, Any] = {"quantize": args.quantize}
+    if args.model:
+        engine = DecisionEngine.from_pretrained(args.model, **kwargs)
+    else:
+        if args.scorer:
+            kwargs["scorer"] = args.scorer
+        engine = DecisionEngine(**kwargs)
+    report: dict[str, Any] = {
+        "engine": engine.model_version,
+        "model": args.model,
+        "scorer": args.scorer,
+        "quantize": args.quantize,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    tests = load_mixture(shared_data() / "decision-mix", split="test")
+    sampler = MixtureSampler(tests, seed=0)
+    sets: dict[str, Any] = {}
+    for name in args.only or sorted(tests):
+        sets[name] = score_items(engine, sampler.canonical(name, limit=args.per_set))
+        print(name, sets[name], flush=True)
+    report["mixture_test"] = sets
+    if sets:
+        report["mixture_mean_accuracy"] = round(
+            float(np.mean([s["accuracy"] for s in sets.values()])), 4
+        )
+    suite = suite_items()
+    report["noul_suite"] = score_items(engine, suite)
+    by_category: dict[str, list[Item]] = defaultdict(list)
+    for it in suite:
+        by_category[it.source].append(it)
+    report["noul_suite_by_category"] = {
+        c: score_items(engine, its)["accuracy"] for c, its in sorted(by_category.items())
+    }
+    print("noul suite", report["noul_suite"], report["noul_suite_by_category"], flush=True)
+    if not args.skip_banking77:
+        b77 = banking77_items()
+        report["banking77_zero_shot"] = score_items(engine, b77)
+        print("banking77", report["banking77_zero_shot"], flush=True)
+        if args.latency:
+            report["latency_ms_77_options"] = latency(engine, b77)
+            print("latency", report["latency_ms_77_options"], flush=True)
+    results = json.loads(OUT.read_text()) if OUT.is_file() else {}
+    results[args.name] = report
+    OUT.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {OUT} [{args.name}]")
+
+
+if __name__ == "__main__":
+    main()
