@@ -38,6 +38,8 @@ class Rule:
     Build rules with :meth:`keywords`, :meth:`regex` or :meth:`when`. ``question``
     limits a rule to one question id; otherwise it applies to every question that has
     ``option`` (``"true"``/``"false"`` for ``noul``, a level index for ``score``).
+    ``probability`` must be in [0.5, 1] (:data:`MIN_PROBABILITY`), so the option a rule
+    names is the answer it gives.
 
     Example:
         >>> Rule.regex(r"error \\d+", "technical", 0.8).matches("got error 500", "got error 500")
@@ -53,12 +55,7 @@ class Rule:
     name: str | None = None
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.probability <= 1.0 or not math.isfinite(self.probability):
-            raise InvalidRequestError(
-                f"rule probability must be in (0, 1]; got {self.probability}",
-                field="probability",
-                limit=1.0,
-            )
+        object.__setattr__(self, "probability", check_probability(self.probability, "probability"))
 
     @classmethod
     def keywords(
@@ -97,6 +94,39 @@ class Rule:
         return False
 
 
+MIN_PROBABILITY = 0.5
+"""The lowest probability a rule or the default option may give its option.
+
+The rest is spread evenly over the other options, so among ``n`` options the named one
+is the most probable only from ``1/n`` up. One ``RuleFallback`` answers every question
+it meets, two-option choices and ``noul`` (where ``default="true"`` with 0.3 would say
+"no") included, so the bound that holds for all of them is 1/2. At exactly 0.5 between
+two options the named option wins the tie."""
+
+
+def check_probability(value: Any, name: str) -> float:
+    """``value`` as a float in [:data:`MIN_PROBABILITY`, 1], or an error naming ``name``.
+
+    Raises:
+        InvalidRequestError: ``value`` is not a number, is NaN or infinite, or is out of
+            range; ``field`` is ``name`` and ``limit`` the range.
+    """
+    number = math.nan
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            pass
+    if not MIN_PROBABILITY <= number <= 1.0:  # False for NaN too
+        raise InvalidRequestError(
+            f"{name} must be a number in [{MIN_PROBABILITY}, 1] so the option it names is "
+            f"the most probable answer; got {value!r}",
+            field=name,
+            limit=(MIN_PROBABILITY, 1.0),
+        )
+    return number
+
+
 def _has_word(text: str, word: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) is not None
 
@@ -120,6 +150,8 @@ class RuleFallback:
         rules: Checked in order.
         default: The option chosen when no rule matches (e.g. ``"human_review"``).
         default_probability: Probability given to ``default``; the rest is spread evenly.
+            In [0.5, 1] (:data:`MIN_PROBABILITY`), so ``default`` is the answer wherever
+            it is an option; anything else raises ``InvalidRequestError``.
 
     Example:
         >>> fb = RuleFallback([Rule.keywords(["refund"], "billing", 0.9)], default="human")
@@ -137,8 +169,18 @@ class RuleFallback:
         default_probability: float = 0.5,
     ) -> None:
         self.rules = list(rules)
+        for i, rule in enumerate(self.rules):
+            if not isinstance(rule, Rule):
+                raise InvalidRequestError(
+                    f"rules[{i}] is a {type(rule).__name__}, not a Rule", field=f"rules.{i}"
+                )
+        if default is not None and not isinstance(default, str):
+            raise InvalidRequestError(
+                f"default must be an option name (a string) or None; got {default!r}",
+                field="default",
+            )
         self.default = default
-        self.default_probability = float(default_probability)
+        self.default_probability = check_probability(default_probability, "default_probability")
 
     def _rule_for(self, qid: str, names: Sequence[str], state: Any, text: str) -> Rule | None:
         for rule in self.rules:

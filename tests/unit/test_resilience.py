@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import subprocess
 import sys
 from typing import Any
@@ -266,10 +267,14 @@ def test_rules_match_keywords_regex_and_predicates() -> None:
     assert sum(res["route"].probabilities.values()) == pytest.approx(1.0)
 
 
-def test_rule_probability_is_checked() -> None:
+@pytest.mark.parametrize("probability", [1.5, 0.3, 0.0, float("nan")])
+def test_rule_probability_is_checked(probability: float) -> None:
+    # Under 0.5 the rule's own option may not be the answer (0.3 among three options
+    # leaves 0.35 to each of the others), so the rule would contradict itself.
     with pytest.raises(InvalidRequestError) as info:
-        Rule.keywords(["x"], "a", 1.5)
+        Rule.keywords(["x"], "a", probability)
     assert info.value.field == "probability"
+    assert info.value.limit == (0.5, 1.0)
 
 
 def test_transient_classification() -> None:
@@ -309,3 +314,24 @@ def test_imports_without_torch() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# -- D2: the default option's probability ------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0.2, 0.49, 1.5, -0.2, 0.0, math.nan, math.inf, "0.6", None])
+def test_default_probability_out_of_range_is_refused(value: Any) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        RuleFallback(default="human", default_probability=value)
+    assert info.value.field == "default_probability"
+    assert info.value.limit == (0.5, 1.0)
+    assert "[0.5, 1]" in str(info.value)
+
+
+def test_fallback_arguments_are_checked() -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        RuleFallback(default=1)  # type: ignore[arg-type]
+    assert info.value.field == "default"
+    with pytest.raises(InvalidRequestError) as info:
+        RuleFallback(["refund"])  # type: ignore[list-item]
+    assert info.value.field == "rules.0"
