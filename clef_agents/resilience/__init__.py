@@ -14,11 +14,11 @@ Example:
 
 from __future__ import annotations
 
-from clef_agents.resilience.rules import Rule, RuleFallback
+from clef_agents.resilience.checks import InvalidOutputError, result_problem
+from clef_agents.resilience.counters import REASONS, Counters
+from clef_agents.resilience.rules import MIN_PROBABILITY, Rule, RuleFallback
+from clef_agents.resilience.workers import CallTimeout, WorkersBusy
 from clef_agents.resilience.wrapper import (
-    REASONS,
-    CallTimeout,
-    Counters,
     ResilientEngine,
     is_out_of_memory,
     is_transient,
@@ -26,13 +26,17 @@ from clef_agents.resilience.wrapper import (
 )
 
 __all__ = [
+    "MIN_PROBABILITY",
     "REASONS",
     "CallTimeout",
     "Counters",
+    "InvalidOutputError",
     "ResilientEngine",
     "Rule",
     "RuleFallback",
+    "WorkersBusy",
     "is_out_of_memory",
     "is_transient",
     "move_to_cpu",
+    "result_problem",
 ]

@@ -9,8 +9,11 @@ takes it in place of the engine. It adds:
   (timeouts, CUDA out-of-memory, connection errors); a batch retries only its failed
   items; out-of-memory first halves the batch, then moves the engine to the CPU;
 - a :class:`RuleFallback` that answers when the engine still fails, when it answers
-  below ``min_confidence``, when a call exceeds ``timeout_s``, when it returns
-  non-finite probabilities, or when the engine cannot load at all;
+  below ``min_confidence``, when a call exceeds ``timeout_s``, when every timeout worker
+  is still busy with earlier calls, when its result does not answer the request validly
+  (:func:`~clef_agents.resilience.checks.result_problem`), or when the engine cannot
+  load (loading is retried with exponential backoff, so a model dir fixed later is
+  picked up);
 - tags on every result: ``x_source`` (``model``, ``rules``, ``default``), the model
   version, and ``x_fallback_reason``; and :class:`Counters` that users can read and log.
 
@@ -32,12 +35,10 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from tenacity import (
@@ -51,26 +52,18 @@ from tenacity import (
     wait_random,
 )
 
+from clef_agents.resilience.checks import InvalidOutputError, result_problem
+from clef_agents.resilience.counters import Counters
+from clef_agents.resilience.loading import EngineLoader
 from clef_agents.resilience.rules import RuleFallback
+from clef_agents.resilience.workers import CallTimeout, TimeoutPool, WorkersBusy
 from engine.errors import ClefError, InvalidRequestError, ModelLoadError, UnsupportedQuestionError
-from engine.schema.answers import (
-    BoxAnswer,
-    ChoiceAnswer,
-    DecisionResult,
-    NoulAnswer,
-    ScoreAnswer,
-)
+from engine.schema.answers import BoxAnswer, DecisionResult
 from engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
 
-REASONS = ("error", "timeout", "low_confidence", "invalid_output", "unavailable")
-"""Why a fallback answered; the keys of :attr:`Counters.fallbacks`."""
-
+logger = logging.getLogger(__name__)
 
 # -- errors --------------------------------------------------------------------------
-
-
-class CallTimeout(TimeoutError):
-    """A call to the engine took longer than the wrapper's ``timeout_s``."""
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -91,63 +84,6 @@ def _is_user_error(exc: BaseException) -> bool:
     return isinstance(exc, (InvalidRequestError, UnsupportedQuestionError))
 
 
-def _valid(result: DecisionResult) -> bool:
-    for answer in result.answers.values():
-        values: list[float] = []
-        if isinstance(answer, (ChoiceAnswer, ScoreAnswer)):
-            values = list(answer.probabilities.values())
-        elif isinstance(answer, NoulAnswer):
-            values = [answer.noul]
-        if not all(math.isfinite(v) and -1e-6 <= v <= 1.0 + 1e-6 for v in values):
-            return False
-    return True
-
-
-# -- counters ------------------------------------------------------------------------
-
-
-@dataclass
-class Counters:
-    """What the wrapper did; read them, log them, export them.
-
-    ``calls`` counts method calls, ``items`` the requests in them; ``model`` the answers
-    the model gave; ``fallbacks`` the answers rules gave, by reason (:data:`REASONS`).
-    """
-
-    calls: int = 0
-    items: int = 0
-    model: int = 0
-    retries: int = 0
-    oom_splits: int = 0
-    cpu_moves: int = 0
-    errors: int = 0
-    """Items returned as errors (bad input, or failures with no fallback configured)."""
-    fallbacks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            setattr(self, name, getattr(self, name) + n)
-
-    def fallback(self, reason: str) -> None:
-        with self._lock:
-            self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
-
-    def as_dict(self) -> dict[str, Any]:
-        """A plain snapshot, e.g. for ``logger.info("%s", counters.as_dict())``."""
-        with self._lock:
-            return {
-                "calls": self.calls,
-                "items": self.items,
-                "model": self.model,
-                "retries": self.retries,
-                "oom_splits": self.oom_splits,
-                "cpu_moves": self.cpu_moves,
-                "errors": self.errors,
-                "fallbacks": dict(self.fallbacks),
-            }
-
-
 # -- the wrapper ---------------------------------------------------------------------
 
 
@@ -165,10 +101,19 @@ class _Pending(Exception):
 class ResilientEngine:
     """An engine with retries, timeouts, a confidence gate and rule fallbacks.
 
+    Sync calls under ``timeout_s`` run in a pool of ``timeout_workers`` threads, because
+    Python cannot interrupt a hung call: a call past its budget is answered by the
+    fallback (``timeout``) but keeps its thread until the engine returns. The pool never
+    queues: while all its workers are busy, a call is answered by the fallback at once
+    with reason ``busy`` (``WorkersBusy`` without a fallback) instead of waiting out its
+    budget behind calls that may never end. Size the pool to the engine's real
+    concurrency. Async calls use ``asyncio.wait_for`` and no pool.
+
     Args:
         engine: An engine, or a zero-argument factory that builds one (called on first
-            use; when it raises ``ImportError``/``OSError``/``ModelLoadError`` every
-            answer comes from ``fallback`` with reason ``unavailable``).
+            use; while it raises, whatever the exception, every answer comes from
+            ``fallback`` with reason ``unavailable``, and the factory is called again
+            after ``load_retry_s``, doubling up to ``max_load_retry_s``).
         fallback: The rules that answer when the model does not; ``None`` re-raises.
         min_confidence: Calibrated probability of the given answer below which the
             fallback answers that question (a float, or one per question id).
@@ -177,6 +122,11 @@ class ResilientEngine:
         backoff_s: First backoff; doubles per attempt with jitter, up to ``max_backoff_s``.
         transient: Which exceptions are retried (default :func:`is_transient`).
         to_cpu: Moves the engine to the CPU after out-of-memory at batch size 1.
+        timeout_workers: Threads for sync calls under ``timeout_s`` (see above).
+        load_retry_s: Wait before loading again after a failed load; ``None``: a failed
+            load is final.
+        max_load_retry_s: The longest wait between two load attempts.
+        clock: Monotonic seconds for the load backoff (injectable for tests).
 
     Example:
         >>> from clef_agents.fake import FakeEngine
@@ -197,12 +147,25 @@ class ResilientEngine:
         max_backoff_s: float = 2.0,
         transient: Callable[[BaseException], bool] = is_transient,
         to_cpu: Callable[[Any], Any] = move_to_cpu,
+        timeout_workers: int = 4,
+        load_retry_s: float | None = 1.0,
+        max_load_retry_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_attempts < 1:
             raise InvalidRequestError("max_attempts must be at least 1", field="max_attempts")
+        if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+            raise InvalidRequestError(
+                f"timeout_s must be a finite number of seconds > 0, or None; got {timeout_s!r}",
+                field="timeout_s",
+                limit=0,
+            )
         self._engine: Any = engine if hasattr(engine, "decide") else None
-        self._factory: Callable[[], Any] | None = None if self._engine else engine
-        self._load_error: BaseException | None = None
+        self._loader: EngineLoader | None = None
+        if self._engine is None:
+            self._loader = EngineLoader(
+                engine, retry_s=load_retry_s, max_retry_s=max_load_retry_s, clock=clock
+            )
         self.fallback = fallback
         self.min_confidence = min_confidence
         self.timeout_s = timeout_s
@@ -212,27 +175,26 @@ class ResilientEngine:
         self.transient = transient
         self.to_cpu = to_cpu
         self.counters = Counters()
-        self._lock = threading.Lock()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._workers = TimeoutPool(timeout_workers)
 
     # -- engine access -----------------------------------------------------------------
 
     @property
     def engine(self) -> Any:
-        """The wrapped engine (loaded on first use), or ``None`` when it cannot load."""
-        if self._engine is None and self._factory is not None and self._load_error is None:
-            with self._lock:
-                if self._engine is None and self._load_error is None:
-                    try:
-                        self._engine = self._factory()
-                    except (ImportError, OSError, ModelLoadError, RuntimeError) as exc:
-                        self._load_error = exc
+        """The wrapped engine (loaded on first use, retried when due), or ``None``."""
+        if self._engine is None and self._loader is not None:
+            self._engine = self._loader.get()
         return self._engine
 
     @property
     def load_error(self) -> BaseException | None:
-        """Why the engine could not load, if it could not."""
-        return self._load_error
+        """Why the last load attempt failed; ``None`` once the engine has loaded."""
+        return None if self._loader is None else self._loader.error
+
+    @property
+    def busy_workers(self) -> int:
+        """Timeout workers running a call now (hung calls included)."""
+        return self._workers.busy
 
     @property
     def model_version(self) -> str | None:
@@ -296,17 +258,9 @@ class ResilientEngine:
         remaining = self._remaining(started)
         if remaining is None:
             return fn()
-        if self._pool is None:
-            with self._lock:
-                if self._pool is None:
-                    self._pool = concurrent.futures.ThreadPoolExecutor(
-                        4, thread_name_prefix="clef-resilient"
-                    )
-        future = self._pool.submit(fn)
         try:
-            return future.result(timeout=remaining)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+            return self._workers.run(fn, remaining)
+        except CallTimeout:
             raise CallTimeout(f"the call exceeded its budget of {self.timeout_s} s") from None
 
     async def _acall(self, make: Callable[[], Any], started: float) -> Any:
@@ -337,15 +291,20 @@ class ResilientEngine:
         if _is_user_error(exc) or request is None or self.fallback is None:
             self.counters.add("errors")
             return exc
-        if self._load_error is not None and self._engine is None:
+        if self._engine is None and self.load_error is not None:
             reason = "unavailable"
+        elif isinstance(exc, WorkersBusy):
+            reason = "busy"
+        elif isinstance(exc, InvalidOutputError):
+            reason = "invalid_output"
         elif isinstance(exc, TimeoutError):
             reason = "timeout"
         else:
             reason = "error"
         self.counters.fallback(reason)
+        version = getattr(self._engine, "model_version", None)
         return self._with_cause(
-            self.fallback.answer(request, reason=reason, model_version=self.model_version), exc
+            self.fallback.answer(request, reason=reason, model_version=version), exc
         )
 
     @staticmethod
@@ -357,17 +316,13 @@ class ResilientEngine:
         """Check a model result (validity, confidence) or turn an error into a fallback."""
         if isinstance(outcome, BaseException):
             return self._fail(request, outcome)
-        result: DecisionResult = outcome
         if request is None:
-            return result
-        if not _valid(result):
-            if self.fallback is None:
-                self.counters.add("errors")
-                return ValueError("the engine returned non-finite or out-of-range probabilities")
-            self.counters.fallback("invalid_output")
-            return self.fallback.answer(
-                request, reason="invalid_output", model_version=result.x_model_version
-            )
+            return outcome
+        problem = result_problem(request, outcome)
+        if problem is not None:
+            logger.warning("the engine's result was rejected: %s", problem)
+            return self._fail(request, InvalidOutputError(problem))
+        result: DecisionResult = outcome
         if self.fallback is not None and self.min_confidence is not None:
             low = [
                 qid
@@ -404,7 +359,7 @@ class ResilientEngine:
         engine = self.engine
         outcome: Any
         if engine is None:
-            outcome = self._load_error or ModelLoadError("the engine is not available")
+            outcome = self.load_error or ModelLoadError("the engine is not available")
         else:
             started = time.perf_counter()
             try:
@@ -435,7 +390,7 @@ class ResilientEngine:
         engine = self.engine
         outcome: Any
         if engine is None:
-            outcome = self._load_error or ModelLoadError("the engine is not available")
+            outcome = self.load_error or ModelLoadError("the engine is not available")
         else:
             started = time.perf_counter()
             try:
@@ -471,10 +426,11 @@ class ResilientEngine:
     def _batch_call(self, requests: list[DecisionRequest], started: float) -> list[Any]:
         """One engine batch; out-of-memory items are re-run in halves, then on the CPU."""
         try:
-            out = list(
+            out = _one_per_request(
                 self._call(
                     lambda: self._engine.decide_batch(requests, return_exceptions=True), started
-                )
+                ),
+                requests,
             )
         except Exception as exc:
             out = [exc] * len(requests)
@@ -507,7 +463,7 @@ class ResilientEngine:
         requests, slots = self._parse_all(states, questions)
         pending = [i for i, r in enumerate(requests) if r is not None]
         if pending and self.engine is None:
-            err = self._load_error or ModelLoadError("the engine is not available")
+            err = self.load_error or ModelLoadError("the engine is not available")
             for i in pending:
                 slots[i] = err
             pending = []
@@ -561,7 +517,7 @@ class ResilientEngine:
         requests, slots = self._parse_all(states, questions)
         pending = [i for i, r in enumerate(requests) if r is not None]
         if pending and self.engine is None:
-            err = self._load_error or ModelLoadError("the engine is not available")
+            err = self.load_error or ModelLoadError("the engine is not available")
             for i in pending:
                 slots[i] = err
             pending = []
@@ -569,10 +525,11 @@ class ResilientEngine:
 
         async def batch(reqs: list[DecisionRequest]) -> list[Any]:
             try:
-                out = list(
+                out = _one_per_request(
                     await self._acall(
                         lambda: self._engine.adecide_batch(reqs, return_exceptions=True), started
-                    )
+                    ),
+                    reqs,
                 )
             except Exception as exc:
                 out = [exc] * len(reqs)
@@ -622,9 +579,7 @@ class ResilientEngine:
 
     def close(self) -> None:
         """Stop the timeout worker threads (and the engine's, where it has ``close``)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        self._workers.close()
         close = getattr(self._engine, "close", None)
         if close is not None:
             close()
@@ -632,3 +587,13 @@ class ResilientEngine:
 
 def _is_pending(exc: BaseException) -> bool:
     return isinstance(exc, _Pending)
+
+
+def _one_per_request(out: Any, requests: Sequence[DecisionRequest]) -> list[Any]:
+    """The engine's batch output as a list, which must hold one item per request."""
+    items = list(out)
+    if len(items) != len(requests):
+        raise InvalidOutputError(
+            f"the engine's batch returned {len(items)} results for {len(requests)} requests"
+        )
+    return items

@@ -6,15 +6,33 @@ import asyncio
 import math
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from faulty import ROUTE, FaultyEngine
 
 from clef_agents.fake import FakeEngine
-from clef_agents.resilience import ResilientEngine, Rule, RuleFallback, is_transient
+from clef_agents.resilience import (
+    CallTimeout,
+    InvalidOutputError,
+    ResilientEngine,
+    Rule,
+    RuleFallback,
+    WorkersBusy,
+    is_transient,
+    result_problem,
+)
 from engine.errors import InvalidRequestError, ModelLoadError
-from engine.schema.answers import ChoiceAnswer, DecisionResult
+from engine.schema.answers import (
+    BoxCoords,
+    ChoiceAnswer,
+    DecisionResult,
+    NoulAnswer,
+    ScoreAnswer,
+)
 from engine.schema.request import DecisionRequest
 
 RULES = RuleFallback(
@@ -316,6 +334,181 @@ def test_imports_without_torch() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+# -- D1: a result must answer the request validly ---------------------------------------
+
+QUESTIONS = {
+    **ROUTE,
+    "urgent": {"type": "noul", "instructions": "urgent?"},
+    "mood": {"type": "score", "instructions": "anger", "criteria": ["calm", "meh", "angry"]},
+    "button": {"type": "box", "instructions": "the OK button"},
+}
+
+
+class Replace:
+    """Returned by a mutation: the engine returns ``value`` instead of its result."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class Mangled(FakeEngine):
+    """A FakeEngine whose results ``mutate`` spoils after they were built."""
+
+    def __init__(self, mutate: Callable[[DecisionResult], Any]) -> None:
+        super().__init__()
+        self.mutate = mutate
+
+    def _run(self, request: DecisionRequest) -> DecisionResult:
+        result = super()._run(request)
+        replaced = self.mutate(result)
+        return replaced.value if isinstance(replaced, Replace) else result
+
+
+def _route(result: DecisionResult) -> ChoiceAnswer:
+    answer = result.answers["route"]
+    assert isinstance(answer, ChoiceAnswer)
+    return answer
+
+
+def _mood(result: DecisionResult) -> ScoreAnswer:
+    answer = result.answers["mood"]
+    assert isinstance(answer, ScoreAnswer)
+    return answer
+
+
+def _set(obj: Any, name: str, value: Any) -> None:
+    setattr(obj, name, value)
+
+
+def _scale(result: DecisionResult, factor: float) -> None:
+    route = _route(result)
+    route.probabilities = {k: v * factor for k, v in route.probabilities.items()}
+
+
+def _least_likely(result: DecisionResult) -> None:
+    route = _route(result)
+    route.choice = min(route.probabilities, key=route.probabilities.__getitem__)
+
+
+def _off_expected_level(result: DecisionResult) -> None:
+    mood = _mood(result)
+    mood.score = 0.0 if mood.score > 1.0 else 2.0
+
+
+MUTATIONS: list[tuple[str, Callable[[DecisionResult], Any], str]] = [
+    ("missing", lambda r: r.answers.pop("route"), "no answer to the questions ['route']"),
+    (
+        "not_asked",
+        lambda r: r.answers.__setitem__("other", NoulAnswer(noul=0.5)),
+        "questions not asked ['other']",
+    ),
+    ("not_an_option", lambda r: _set(_route(r), "choice", "refunds"), "not one of the options"),
+    ("not_the_top", _least_likely, "below the highest"),
+    (
+        "option_missing",
+        lambda r: _route(r).probabilities.pop("human"),
+        "missing ['human']",
+    ),
+    ("sum_half", lambda r: _scale(r, 0.5), "not 1"),
+    ("sum_double", lambda r: _scale(r, 2.0), "outside [0, 1]"),
+    (
+        "negative",
+        lambda r: _route(r).probabilities.update(billing=1.1, technical=-0.1, human=0.0),
+        "outside [0, 1]",
+    ),
+    ("inf", lambda r: _route(r).probabilities.update(human=math.inf), "not finite"),
+    ("confidence", lambda r: _set(_route(r), "confidence", 1.5), "confidence: 1.5"),
+    ("noul_high", lambda r: _set(r.answers["urgent"], "noul", 1.5), "noul: 1.5"),
+    ("noul_nan", lambda r: _set(r.answers["urgent"], "noul", math.nan), "noul: nan"),
+    ("noul_negative", lambda r: _set(r.answers["urgent"], "noul", -0.2), "noul: -0.2"),
+    ("score_range", lambda r: _set(_mood(r), "score", 7.0), "outside the level range [0, 2]"),
+    ("score_level", _off_expected_level, "is not the expected level"),
+    (
+        "score_keys",
+        lambda r: _set(_mood(r), "probabilities", {"calm": 0.5, "meh": 0.3, "angry": 0.2}),
+        "keys must be the options ['0', '1', '2']",
+    ),
+    (
+        "wrong_type",
+        lambda r: r.answers.__setitem__("route", NoulAnswer(noul=0.5)),
+        "a choice question got a NoulAnswer",
+    ),
+    (
+        "box_outside",
+        lambda r: _set(r.answers["button"], "box", BoxCoords(top=0, bottom=1.5, left=0, right=1)),
+        "box.bottom: 1.5",
+    ),
+    (
+        "box_inverted",
+        lambda r: _set(r.answers["button"], "box", BoxCoords(top=0.6, bottom=0.2, left=0, right=1)),
+        "top <= bottom",
+    ),
+    ("not_a_result", lambda r: Replace({"answers": {}}), "returned a dict, not a DecisionResult"),
+]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "batch", "abatch"])
+@pytest.mark.parametrize(
+    ("mutate", "problem"), [m[1:] for m in MUTATIONS], ids=[m[0] for m in MUTATIONS]
+)
+def test_invalid_model_answer_is_answered_by_the_fallback(
+    mode: str, mutate: Callable[[DecisionResult], Any], problem: str
+) -> None:
+    # A gate every valid answer passes: bad answers must not slip past it either.
+    safe = wrap(Mangled(mutate), min_confidence=0.01)
+    state = "refund please"
+    if mode == "sync":
+        result = safe.decide(state, QUESTIONS)
+    elif mode == "async":
+        result = asyncio.run(safe.adecide(state, QUESTIONS))
+    elif mode == "batch":
+        (result,) = safe.decide_batch([state], QUESTIONS)
+    else:
+        (result,) = asyncio.run(safe.adecide_batch([state], QUESTIONS))
+    assert result.x_source == "rules"
+    assert result.x_fallback_reason == "invalid_output"
+    assert result.x_fallback_error.startswith("InvalidOutputError: ")
+    assert problem in result.x_fallback_error
+    assert result["route"].choice == "billing"
+    assert {a.x_source for a in result.answers.values()} <= {"rules", "default"}
+    request = DecisionRequest.parse({"state": state, "questions": QUESTIONS})
+    assert result_problem(request, result) is None  # the fallback itself answers validly
+    assert safe.counters.fallbacks["invalid_output"] == 1
+    assert safe.counters.model == 0
+
+
+def test_invalid_model_answer_without_fallback_is_a_typed_error() -> None:
+    safe = ResilientEngine(Mangled(lambda r: _set(_route(r), "choice", "refunds")))
+    with pytest.raises(InvalidOutputError, match=r"answers\.route\.choice: 'refunds'"):
+        safe.decide("refund please", ROUTE)
+    out = safe.decide_batch(["refund please"], ROUTE, return_exceptions=True)
+    assert isinstance(out[0], InvalidOutputError)
+    assert isinstance(out[0], ValueError)
+    assert safe.counters.errors == 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batch_with_a_result_missing_is_invalid_output(mode: str) -> None:
+    class ShortBatch(FakeEngine):
+        def decide_batch(self, *args: Any, **kwargs: Any) -> list[Any]:
+            return super().decide_batch(*args, **kwargs)[:-1]
+
+    out = run_batch(wrap(ShortBatch()), ["refund please", "crash bug"], mode)
+    assert [r.x_fallback_reason for r in out] == ["invalid_output"] * 2
+    assert [r["route"].choice for r in out] == ["billing", "human"]
+    assert "returned 1 results for 2 requests" in out[0].x_fallback_error
+
+
+def test_valid_answers_of_every_type_pass_the_checks() -> None:
+    safe = wrap(FakeEngine(), min_confidence=0.01)
+    for state in ["refund please", "crash bug on login", "hello there"]:
+        result = safe.decide(state, QUESTIONS)
+        assert result.x_source == "model"
+        request = DecisionRequest.parse({"state": state, "questions": QUESTIONS})
+        assert result_problem(request, result) is None
+    assert safe.counters.model == 3
+
+
 # -- D2: the default option's probability ------------------------------------------------
 
 
@@ -328,6 +521,32 @@ def test_default_probability_out_of_range_is_refused(value: Any) -> None:
     assert "[0.5, 1]" in str(info.value)
 
 
+@pytest.mark.parametrize("n", [2, 3, 7])
+@pytest.mark.parametrize("p", [0.5, 0.51, 0.8, 1.0])
+def test_default_option_is_the_answer_for_every_allowed_probability(n: int, p: float) -> None:
+    names = [f"o{i}" for i in range(n)]
+    questions = {
+        "c": {"type": "choice", "instructions": "pick", "criteria": names},
+        "s": {"type": "score", "instructions": "rate", "criteria": names},
+        "yes": {"type": "noul", "instructions": "yes?"},
+    }
+    request = DecisionRequest.parse({"state": "nothing matches", "questions": questions})
+    for default in (names[-1], names[0]):
+        result = RuleFallback(default=default, default_probability=p).answer(request, reason="x")
+        assert result_problem(request, result) is None
+        assert result["c"].choice == default
+        assert result["c"].probabilities[default] == pytest.approx(p)
+    level = str(n - 1)
+    result = RuleFallback(default=level, default_probability=p).answer(request, reason="x")
+    assert result_problem(request, result) is None
+    score = result["s"]
+    assert isinstance(score, ScoreAnswer)
+    assert score.probabilities[level] == max(score.probabilities.values())
+    for side, expected in (("true", p), ("false", 1.0 - p)):
+        result = RuleFallback(default=side, default_probability=p).answer(request, reason="x")
+        assert result["yes"].noul == pytest.approx(expected)
+
+
 def test_fallback_arguments_are_checked() -> None:
     with pytest.raises(InvalidRequestError) as info:
         RuleFallback(default=1)  # type: ignore[arg-type]
@@ -335,3 +554,187 @@ def test_fallback_arguments_are_checked() -> None:
     with pytest.raises(InvalidRequestError) as info:
         RuleFallback(["refund"])  # type: ignore[list-item]
     assert info.value.field == "rules.0"
+
+
+# -- D3/D4: loading fails, then is retried with backoff ---------------------------------
+
+
+class FlakyFactory:
+    """Fails ``failures`` times with ``exc``, then builds a FakeEngine."""
+
+    def __init__(self, failures: int, exc: BaseException | None) -> None:
+        self.failures = failures
+        self.exc = exc
+        self.calls = 0
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        if self.calls <= self.failures:
+            if self.exc is None:
+                return None  # a factory that returns no engine at all
+            raise self.exc
+        return FakeEngine()
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ValueError("config.json: temperature must be a number"),
+        TypeError("unsupported operand"),
+        KeyError("head.weight"),
+        ModelLoadError("head.safetensors: truncated"),
+        None,
+    ],
+    ids=["ValueError", "TypeError", "KeyError", "ModelLoadError", "returns_None"],
+)
+@pytest.mark.parametrize("mode", ["sync", "async", "batch"])
+def test_any_load_failure_answers_from_rules(mode: str, exc: BaseException | None) -> None:
+    safe = wrap(FlakyFactory(10, exc))
+    if mode == "batch":
+        (result,) = safe.decide_batch(["refund please"], ROUTE)
+    else:
+        result = run_one(safe, "refund please", mode)
+    assert result.x_source == "rules"
+    assert result.x_fallback_reason == "unavailable"
+    expected = "TypeError" if exc is None else type(exc).__name__
+    assert result.x_fallback_error.startswith(expected)
+    assert safe.load_error is not None
+
+
+def test_corrupt_model_dir_answers_from_rules(tmp_path: Any) -> None:
+    from engine import DecisionEngine
+
+    (tmp_path / "config.json").write_text("{not json")
+    safe = wrap(lambda: DecisionEngine(path=tmp_path))
+    result = safe.decide("my invoice", ROUTE)
+    assert (result.x_source, result.x_fallback_reason) == ("rules", "unavailable")
+    assert "config.json" in result.x_fallback_error
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_failed_load_is_retried_with_backoff_until_it_loads(mode: str) -> None:
+    now = [100.0]
+    factory = FlakyFactory(3, ModelLoadError("config.json: format_version '2'"))
+    safe = wrap(factory, load_retry_s=1.0, max_load_retry_s=3.0, clock=lambda: now[0])
+
+    def at(t: float) -> DecisionResult:
+        now[0] = t
+        return run_one(safe, "refund please", mode)
+
+    # Waits of 1 s, then 2 s, then 3 s (4 s capped by max_load_retry_s).
+    schedule = [(100.0, 1), (100.9, 1), (101.0, 2), (102.9, 2), (103.0, 3), (105.9, 3)]
+    for t, calls in schedule:
+        result = at(t)
+        assert (result.x_source, result.x_fallback_reason) == ("rules", "unavailable"), t
+        assert factory.calls == calls, t
+    result = at(106.0)
+    assert result.x_source == "model"
+    assert factory.calls == 4
+    assert safe.load_error is None
+    assert at(500.0).x_source == "model"
+    assert factory.calls == 4
+    assert safe.counters.fallbacks["unavailable"] == len(schedule)
+
+
+def test_load_retry_can_be_turned_off() -> None:
+    now = [0.0]
+    factory = FlakyFactory(1, OSError("no such dir"))
+    safe = wrap(factory, load_retry_s=None, clock=lambda: now[0])
+    for t in (0.0, 10.0, 1e6):
+        now[0] = t
+        assert safe.decide("refund", ROUTE).x_fallback_reason == "unavailable"
+    assert factory.calls == 1
+
+
+def test_a_load_retry_in_progress_does_not_block_other_callers() -> None:
+    entered, gate = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def factory() -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("the model dir is still being copied")
+        entered.set()
+        gate.wait(5)
+        return FakeEngine()
+
+    now = [0.0]
+    safe = wrap(factory, load_retry_s=1.0, clock=lambda: now[0])
+    assert safe.decide("refund", ROUTE).x_fallback_reason == "unavailable"
+    now[0] = 1.0
+    results: list[DecisionResult] = []
+    loading = threading.Thread(target=lambda: results.append(safe.decide("crash bug", ROUTE)))
+    loading.start()
+    try:
+        assert entered.wait(2), "the retry did not start"
+        started = time.perf_counter()
+        result = safe.decide("refund", ROUTE)
+        assert time.perf_counter() - started < 1.0
+        assert result.x_fallback_reason == "unavailable"
+    finally:
+        gate.set()
+        loading.join(5)
+    assert results[0].x_source == "model"
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"load_retry_s": 0}, "load_retry_s"),
+        ({"load_retry_s": math.nan}, "load_retry_s"),
+        ({"max_load_retry_s": -1}, "max_load_retry_s"),
+        ({"load_retry_s": 5.0, "max_load_retry_s": 1.0}, "max_load_retry_s"),
+        ({"timeout_workers": 0}, "timeout_workers"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": math.inf}, "timeout_s"),
+    ],
+)
+def test_wrapper_arguments_are_checked(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidRequestError) as info:
+        wrap(FlakyFactory(0, None), **kwargs)
+    assert info.value.field == field
+
+
+# -- the timeout workers never queue ----------------------------------------------------
+
+
+def _wait_idle(safe: ResilientEngine) -> None:
+    deadline = time.monotonic() + 5
+    while safe.busy_workers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert safe.busy_workers == 0
+
+
+@pytest.mark.parametrize("workers", [4, 1])
+def test_hung_workers_answer_later_calls_at_once_from_rules(workers: int) -> None:
+    engine = FaultyEngine()
+    budget = 0.3
+    kwargs = {} if workers == 4 else {"timeout_workers": workers}  # 4 is the default
+    safe = wrap(engine, timeout_s=budget, max_attempts=1, **kwargs)
+    try:
+        for i in range(workers):
+            assert safe.decide(f"hang {i}", ROUTE).x_fallback_reason == "timeout"
+        assert safe.busy_workers == workers
+        started = time.perf_counter()
+        result = safe.decide("refund please", ROUTE)
+        elapsed = time.perf_counter() - started
+        assert (result.x_source, result.x_fallback_reason) == ("rules", "busy")
+        assert result["route"].choice == "billing"
+        assert result.x_fallback_error.startswith("WorkersBusy: ")
+        assert elapsed < budget  # answered at once, not after waiting out the budget
+        out = safe.decide_batch(["invoice", "crash bug"], ROUTE)
+        assert [r.x_fallback_reason for r in out] == ["busy", "busy"]
+        assert engine.seen["refund please"] == engine.seen["invoice"] == 0
+        assert safe.counters.fallbacks["busy"] == 3
+        # Without a fallback the caller gets the typed error, as fast.
+        bare = ResilientEngine(engine, timeout_s=budget, timeout_workers=1, max_attempts=1)
+        with pytest.raises(CallTimeout):
+            bare.decide("hang again", ROUTE)
+        with pytest.raises(WorkersBusy, match="all 1 timeout workers"):
+            bare.decide("refund please", ROUTE)
+    finally:
+        engine.release.set()
+    _wait_idle(safe)
+    assert safe.decide("refund please", ROUTE).x_source == "model"
+    safe.close()
