@@ -46,7 +46,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_argv(argv: Sequence[str]) -> None:
+    """Refuse an argument that is not valid UTF-8 (a lone surrogate) before parsing.
+
+    POSIX hands Python arguments as bytes; those that are not UTF-8 arrive as lone
+    surrogates (``surrogateescape``), which no tokenizer can encode.
+    """
+    for position, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            shown = arg.encode("utf-8", "backslashreplace").decode("utf-8")
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            raise UsageError(
+                f"argument {position} ({shown}) is not valid UTF-8 text "
+                f"({arg[exc.start]!r} at character {exc.start})"
+            ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        _check_argv(argv)
+    except UsageError as exc:
+        sys.stderr.write(f"clef-agents: error: {exc}\n")
+        return EXIT_USAGE
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from clef_agents.cli import UsageError
-from clef_agents.cli.common import load_structured
+from clef_agents.cli.common import check_writable, load_structured, number
 
 EPILOG = """examples:
   clef-agents calibrate out/banking77 heldout.csv --label-col category
@@ -42,7 +42,9 @@ def register(sub: Any) -> None:
         action="store_true",
         help="also fit histogram binning (kept where a 5-fold check lowers ECE)",
     )
-    p.add_argument("--bins", type=int, default=15, help="histogram bins (default 15)")
+    p.add_argument(
+        "--bins", type=number(int, low=2), default=15, help="histogram bins (default 15)"
+    )
     p.add_argument(
         "--diagram",
         metavar="PNG",
@@ -145,6 +147,12 @@ def run(args: argparse.Namespace) -> int:
     from engine.runtime import model_dir
     from engine.train import load_data
 
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: is a file; name a directory for the model dir")
+    if args.diagram:  # before fitting, not after
+        stem = str(Path(args.diagram).with_suffix(""))
+        for name in ("before", "after"):
+            check_writable(f"{stem}-{name}.png", "--diagram")
     directory = Path(args.model)
     engine = DecisionEngine.from_pretrained(directory, device=args.device)
     ours = model_dir.read_config(directory).get("format") == model_dir.FORMAT

@@ -9,7 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from clef_agents.cli import UsageError
-from clef_agents.cli.common import add_engine_args, build_engine, load_structured, read_text
+from clef_agents.cli.common import (
+    add_engine_args,
+    build_engine,
+    load_structured,
+    parse_json,
+    read_stdin,
+    read_text,
+)
 
 EPILOG = """examples:
   clef-agents decide "my card never arrived" --choice intent=card_arrival,lost_card,refund
@@ -69,10 +76,8 @@ def _split(spec: str, flag: str) -> tuple[str, str]:
 def _parse_state(text: str) -> Any:
     stripped = text.strip()
     if stripped[:1] in "{[":
-        try:
-            return json.loads(stripped)
-        except json.JSONDecodeError:
-            return text
+        parsed = parse_json(stripped, "state", or_text=True)
+        return text if parsed is stripped else parsed
     return text
 
 
@@ -110,12 +115,14 @@ def collect_questions(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def read_state(args: argparse.Namespace) -> Any:
+    if args.questions == "-" and (args.state == "-" or args.state_file == "-"):
+        raise UsageError("stdin can hold the state or --questions, not both")
     if args.state_file and args.state:
         raise UsageError("give the state as an argument or with --state-file, not both")
     if args.state_file:
         text = read_text(args.state_file)
     elif args.state == "-" or (args.state is None and not sys.stdin.isatty()):
-        text = sys.stdin.read()
+        text = read_stdin()
     elif args.state is not None:
         text = args.state
     else:
@@ -129,17 +136,21 @@ def format_table(result: Any) -> str:
     lines = []
     for qid, answer in result.answers.items():
         data = answer.model_dump()
+        # A fine-tuned model answers a question its head was not trained on zero-shot.
+        tag = "  [zero-shot: not a trained question]" if data.get("x_head") == "zero_shot" else ""
         if "choice" in data:
-            lines.append(f"{qid}: {data['choice']}  (confidence {data['confidence']:.2f})")
+            lines.append(f"{qid}: {data['choice']}  (confidence {data['confidence']:.2f}){tag}")
             ranked = sorted(data["probabilities"].items(), key=lambda kv: -kv[1])
             for name, p in ranked[:5]:
                 lines.append(f"    {p:6.1%}  {name}")
             if len(ranked) > 5:
                 lines.append(f"    ... {len(ranked) - 5} more")
         elif "noul" in data:
-            lines.append(f"{qid}: P(yes) = {data['noul']:.3f}")
+            lines.append(f"{qid}: P(yes) = {data['noul']:.3f}{tag}")
         elif "score" in data:
-            lines.append(f"{qid}: score {data['score']:.2f}  (confidence {data['confidence']:.2f})")
+            lines.append(
+                f"{qid}: score {data['score']:.2f}  (confidence {data['confidence']:.2f}){tag}"
+            )
             for level, p in data["probabilities"].items():
                 lines.append(f"    {p:6.1%}  {level}: {data['legend'].get(level, '')}")
     lines.append(

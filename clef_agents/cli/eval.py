@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
+from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from clef_agents.cli import UsageError
-from clef_agents.cli.common import add_engine_args, build_engine
+from clef_agents.cli.common import (
+    add_engine_args,
+    add_threads_arg,
+    apply_threads,
+    build_engine,
+    check_writable,
+    number,
+)
+
+DEFAULT_BATCH_SIZE = 32
+"""Texts per ``decide_batch`` call: one padded forward pass each."""
 
 EPILOG = """examples:
   clef-agents eval test.csv --text-col text --label-col category
@@ -32,24 +45,130 @@ def register(sub: Any) -> None:
     p.add_argument("--label-col", default="label", help="column holding the label (default: label)")
     p.add_argument(
         "--examples-per-label",
-        type=int,
+        type=number(int, low=0),
         default=0,
         metavar="K",
         help="teach each label with K examples (from --train, else from DATA, "
         "which are then left out of the evaluation)",
     )
     p.add_argument("--train", metavar="FILE", help="where --examples-per-label draws from")
-    p.add_argument("--seed", type=int, default=0, help="seed for drawing examples (default: 0)")
+    p.add_argument(
+        "--seed",
+        type=number(int, low=0),
+        default=0,
+        help="seed for drawing examples and the --limit sample (default: 0)",
+    )
     p.add_argument(
         "--instructions", default="What is this text about?", help="the question's instructions"
     )
-    p.add_argument("--limit", type=int, default=0, metavar="N", help="evaluate the first N rows")
-    p.add_argument("--batch-size", type=int, default=1, help="decide_batch size (default: 1)")
-    p.add_argument("--plot", metavar="PNG", help="write a reliability diagram here")
+    p.add_argument(
+        "--limit",
+        type=number(int, low=0),
+        default=0,
+        metavar="N",
+        help="evaluate a sample of N rows, stratified by label: each label keeps its share "
+        "of the data (largest remainders), rows drawn with --seed, so the same N and seed "
+        "give the same rows (default 0: all rows)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=number(int, low=1),
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help=f"texts per decide_batch call (default: {DEFAULT_BATCH_SIZE}); latency is "
+        "reported per text, so 1 measures single-request latency",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="write a reliability diagram here (checked before evaluating; .png, .svg, .pdf)",
+    )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_engine_args(p)
+    add_threads_arg(p)
     p.set_defaults(func=run)
+
+
+def stratified_sample(labels: Sequence[str], n: int, seed: int) -> list[int]:
+    """Indices of ``n`` rows in input order, each label keeping its share of the data.
+
+    Each label gets ``n x its share`` rows, rounded down, and the rows left over go to the
+    labels with the largest remainders (ties in an order shuffled with ``seed``); within a
+    label the rows are drawn with ``seed``. Deterministic for the same data, ``n`` and seed.
+    """
+    if n >= len(labels):
+        return list(range(len(labels)))
+    by_label: dict[str, list[int]] = defaultdict(list)
+    for i, label in enumerate(labels):
+        by_label[label].append(i)
+    rng = random.Random(seed)
+    quota = {label: n * len(rows) / len(labels) for label, rows in by_label.items()}
+    take = {label: int(q) for label, q in quota.items()}
+    order = sorted(by_label)
+    rng.shuffle(order)
+    order.sort(key=lambda label: take[label] - quota[label])  # stable: largest remainder first
+    for label in order[: n - sum(take.values())]:
+        take[label] += 1
+    chosen: list[int] = []
+    for label in sorted(by_label):
+        rows = by_label[label][:]
+        rng.shuffle(rows)
+        chosen.extend(rows[: take[label]])
+    return sorted(chosen)
+
+
+def check_plot_path(path: str) -> None:
+    """Refuse a --plot path matplotlib cannot write, before the evaluation runs."""
+    from engine.errors import require
+
+    require("matplotlib", package="matplotlib", extra="eval", feature="eval --plot")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise UsageError(
+            f"--plot {path}: the file name must end in an image type ({', '.join(formats)})"
+        )
+    check_writable(path, "--plot")
+
+
+def which_head(engine: Any, question: Any, labels: Sequence[str]) -> tuple[str, str | None]:
+    """``("trained" | "zero_shot", why)``: which head answers ``question``, and, when a
+    fine-tuned model falls back to zero-shot, how the question differs from its trained ones.
+    """
+    head = getattr(engine, "head", None)
+    knows = getattr(head, "knows", None)
+    if knows is None:  # no trained head: zero-shot is all this engine has, nothing to warn
+        return "zero_shot", None
+    if knows(question):
+        return "trained", None
+    module = getattr(head, "module", None)
+    banks = [
+        list(names)
+        for fp, names in getattr(module, "bank_names", {}).items()
+        if getattr(module, "bank_types", {}).get(fp) == "choice"
+    ]
+    if not banks:
+        return "zero_shot", "it was trained on no choice question"
+    wanted = set(labels)
+    nearest = min(banks, key=lambda names: len(wanted.symmetric_difference(names)))
+    extra = sorted(wanted - set(nearest))
+    missing = sorted(set(nearest) - wanted)
+    why = []
+    if extra:
+        why.append(f"labels not among its trained options: {_few(extra)}")
+    if missing:
+        why.append(f"trained options not among the labels: {_few(missing)}")
+    if not why:
+        why.append("same labels, but the question's wording (--instructions) or examples differ")
+    return "zero_shot", "; ".join(why)
+
+
+def _few(names: list[str], k: int = 5) -> str:
+    shown = ", ".join(repr(n) for n in names[:k])
+    return shown + (f" and {len(names) - k} more" if len(names) > k else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,10 +180,8 @@ def run(args: argparse.Namespace) -> int:
         sample_examples,
     )
 
-    if args.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1; got {args.batch_size}")
-    if args.limit < 0:
-        raise UsageError(f"--limit must be >= 0; got {args.limit}")
+    if args.plot:
+        check_plot_path(args.plot)
     texts, labels = columns(read_records(args.data), args.text_col, args.label_col, args.data)
     all_labels = sorted(set(labels))
     examples = None
@@ -82,14 +199,24 @@ def run(args: argparse.Namespace) -> int:
     if len(all_labels) < 2:
         raise UsageError(f"{args.data}: column {args.label_col!r} has fewer than 2 labels")
     if args.limit:
-        texts, labels = texts[: args.limit], labels[: args.limit]
+        keep = stratified_sample(labels, args.limit, args.seed)
+        texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
     question = label_question(all_labels, examples, args.instructions)
+    apply_threads(args)
     engine = build_engine(args)
+    head, why = which_head(engine, question, all_labels)
+    if why is not None:
+        sys.stderr.write(
+            f"clef-agents: warning: the fine-tuned model {args.model} does not know this "
+            f"question ({why}), so its trained head will not answer: every answer comes "
+            "from the zero-shot fallback on the base backbone (head: zero_shot)\n"
+        )
     report = evaluate(
         engine, texts, labels, question, batch_size=args.batch_size, progress=not args.no_progress
     )
     summary = report.summary()
     summary["model_version"] = engine.model_version
+    summary["head"] = head
     if args.plot:
         from engine.calibration.metrics import reliability_diagram
 

@@ -5,10 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from clef_agents.cli import UsageError
-from clef_agents.cli.common import load_structured
+from clef_agents.cli.common import add_threads_arg, apply_threads, load_structured, number
+
+MAX_RANK = 256
+"""``engine.train.config.MAX_RANK``, repeated here: importing it loads torch, and every
+``clef-agents`` command builds this parser."""
+
+_POSITIVE = number(float, low=0, low_open=True)
+_NON_NEGATIVE = number(float, low=0)
+_FRACTION = number(float, low=0, high=1, high_open=True)  # [0, 1)
+_COUNT = number(int, low=1)
+_NON_NEGATIVE_COUNT = number(int, low=0)
 
 EPILOG = """data:
   CSV or JSONL; either text,label (one question, a choice over the labels), or
@@ -44,7 +55,7 @@ def register(sub: Any) -> None:
     p.add_argument("--instructions", default=None, help="instructions of the inferred choice")
     p.add_argument(
         "--examples-per-label",
-        type=int,
+        type=_COUNT,
         default=None,
         metavar="K",
         help="train on at most K examples per label (few-shot)",
@@ -55,17 +66,22 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="local HF encoder dir (default: the embedded all-MiniLM-L6-v2)",
     )
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None, help="LoRA learning rate")
-    p.add_argument("--head-lr", type=float, default=None)
-    p.add_argument("--lora-rank", type=int, default=None, help="0 freezes the backbone")
-    p.add_argument("--lora-alpha", type=float, default=None)
-    p.add_argument("--lora-dropout", type=float, default=None)
+    p.add_argument("--epochs", type=_COUNT, default=None)
+    p.add_argument("--batch-size", type=_COUNT, default=None)
+    p.add_argument("--lr", type=_POSITIVE, default=None, help="LoRA learning rate")
+    p.add_argument("--head-lr", type=_POSITIVE, default=None)
+    p.add_argument(
+        "--lora-rank",
+        type=number(int, low=0, high=MAX_RANK),
+        default=None,
+        help="0 freezes the backbone",
+    )
+    p.add_argument("--lora-alpha", type=_POSITIVE, default=None)
+    p.add_argument("--lora-dropout", type=_FRACTION, default=None)
     p.add_argument("--target-modules", default=None, help="comma-separated layer names")
-    p.add_argument("--label-smoothing", type=float, default=None)
-    p.add_argument("--brier-weight", type=float, default=None)
-    p.add_argument("--ordinal-weight", type=float, default=None)
+    p.add_argument("--label-smoothing", type=_FRACTION, default=None)
+    p.add_argument("--brier-weight", type=_NON_NEGATIVE, default=None)
+    p.add_argument("--ordinal-weight", type=_NON_NEGATIVE, default=None)
     p.add_argument(
         "--head",
         choices=["option_evidence", "prototype"],
@@ -75,18 +91,18 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--contrastive-steps",
-        type=int,
+        type=_NON_NEGATIVE_COUNT,
         default=None,
         metavar="N",
         help="contrastive stage on the LoRA adapters before the head (default 0; "
         "30 with --head prototype is the measured few-shot recipe)",
     )
-    p.add_argument("--contrastive-per-label", type=int, default=None, metavar="K")
-    p.add_argument("--contrastive-temperature", type=float, default=None)
-    p.add_argument("--contrastive-lr", type=float, default=None, help="default: --lr")
+    p.add_argument("--contrastive-per-label", type=number(int, low=2), default=None, metavar="K")
+    p.add_argument("--contrastive-temperature", type=_POSITIVE, default=None)
+    p.add_argument("--contrastive-lr", type=_POSITIVE, default=None, help="default: --lr")
     p.add_argument(
         "--contrastive-weight",
-        type=float,
+        type=_NON_NEGATIVE,
         default=None,
         metavar="W",
         help="during the head epochs, + W x a supervised contrastive loss on each batch's "
@@ -107,20 +123,20 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--pseudo-per-label",
-        type=int,
+        type=_COUNT,
         default=None,
         metavar="N",
         help="with --unlabeled: at most N pseudo-labelled states per option (default: all)",
     )
     p.add_argument(
         "--rdrop-weight",
-        type=float,
+        type=_NON_NEGATIVE,
         default=None,
         help="R-Drop: each batch twice, + this weight x symmetric KL (default 0: off)",
     )
     p.add_argument(
         "--ema-decay",
-        type=float,
+        type=_FRACTION,
         default=None,
         help="keep a moving average of the trained weights (e.g. 0.998; default 0: off)",
     )
@@ -133,7 +149,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--lora-plus-ratio",
-        type=float,
+        type=_POSITIVE,
         default=None,
         metavar="R",
         help="LoRA+: the adapters' B matrices learn R times faster than --lr (default 1)",
@@ -157,10 +173,12 @@ def register(sub: Any) -> None:
         action="store_true",
         help="random batches instead of batches of similar length (slower: more padding)",
     )
-    p.add_argument("--val-fraction", type=float, default=None)
-    p.add_argument("--patience", type=int, default=None)
-    p.add_argument("--rl-epochs", type=int, default=None, help="RL stage epochs (default 0)")
-    p.add_argument("--rl-kl", type=float, default=None)
+    p.add_argument("--val-fraction", type=_FRACTION, default=None)
+    p.add_argument("--patience", type=_COUNT, default=None)
+    p.add_argument(
+        "--rl-epochs", type=_NON_NEGATIVE_COUNT, default=None, help="RL stage epochs (default 0)"
+    )
+    p.add_argument("--rl-kl", type=_NON_NEGATIVE, default=None)
     p.add_argument(
         "--similarity",
         metavar="FILE",
@@ -176,7 +194,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--memory-max-states",
-        type=int,
+        type=_COUNT,
         default=None,
         metavar="N",
         help="example memory: at most N training states per question (default 100000)",
@@ -195,7 +213,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--ensemble",
-        type=int,
+        type=_COUNT,
         default=None,
         metavar="K",
         help="train K runs (seeds SEED..SEED+K-1; validation splits: see --shared-split) into "
@@ -204,7 +222,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--shared-split",
-        type=float,
+        type=number(float, low=0, high=1),
         default=None,
         metavar="F",
         help="with --ensemble: the share of the validation split of SEED that every member "
@@ -219,11 +237,24 @@ def register(sub: Any) -> None:
         "all of them held out (off by default: it raised test ECE in 12 of 15 BANKING77 "
         "ensembles)",
     )
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=_NON_NEGATIVE_COUNT, default=None)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_threads_arg(p)
     p.set_defaults(func=run)
+
+
+def check_out_dir(path: str) -> None:
+    """Refuse an ``--out`` that cannot become a model dir, before any training."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {path}: is a file; name a directory for the model dir")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"--out {path}: {parent} is a file, not a directory")
+            break
 
 
 _FIELDS = (
@@ -268,6 +299,7 @@ _FIELDS = (
 def run(args: argparse.Namespace) -> int:
     from engine.errors import require
 
+    check_out_dir(args.out)
     require("peft", package="peft", extra="train", feature="clef-agents finetune")
     from engine.train import (
         TrainConfig,
@@ -312,6 +344,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--pseudo-per-label caps the pseudo-labels of --unlabeled; give both")
     if args.unlabeled_text_col is not None and args.unlabeled is None:
         raise UsageError("--unlabeled-text-col names a column of --unlabeled; give both")
+    apply_threads(args)
     unlabeled = None
     if args.unlabeled:
         column = args.unlabeled_text_col or args.text_col

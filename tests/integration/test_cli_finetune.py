@@ -179,13 +179,13 @@ def test_finetune_few_shot_recipe_flags(tiny_dir, tmp_path, capsys) -> None:
             ["--rdrop-weight", "0.5", "--ema-decay", "0.9"],
             {"rdrop_weight": 0.5, "ema_decay": 0.9, "refit": False},
             ["--ema-decay", "1.5"],
-            "ema_decay must be in [0, 1); got 1.5",
+            "argument --ema-decay: must be in [0, 1); got 1.5",
         ),
         (
             ["--contrastive-weight", "0.5", "--contrastive-temperature", "0.1"],
             {"contrastive_weight": 0.5, "contrastive_temperature": 0.1, "refit": False},
             ["--contrastive-weight", "-1"],
-            "contrastive_weight must be non-negative; got -1",
+            "argument --contrastive-weight: must be >= 0; got -1",
         ),
         (
             ["--refit", "--lora-plus-ratio", "4", "--dora"],
@@ -228,7 +228,7 @@ def test_finetune_with_unlabelled_states(tiny_dir, tmp_path, capsys) -> None:
         ([*recipe, "--pseudo-per-label", "2"], "give both"),
         ([*recipe, "--unlabeled-text-col", "intent"], "give both"),
         ([*recipe, "--unlabeled", str(tmp_path / "none.csv")], "none.csv: no such file"),
-        ([*recipe, "--unlabeled", str(unlabeled), "--pseudo-per-label", "0"], "at least 1"),
+        ([*recipe, "--unlabeled", str(unlabeled), "--pseudo-per-label", "0"], "must be >= 1"),
         ([*recipe, "--unlabeled", str(train)], "none of the 18 unlabelled states is left"),
         (
             [*recipe, "--unlabeled", str(unlabeled), "--unlabeled-text-col", "body"],
@@ -314,7 +314,7 @@ def test_finetune_keeps_an_example_memory_and_calibrate_refits_it(tiny_dir, tmp_
     assert "memory" not in json.loads(capsys.readouterr().out)
     assert not (out / "memory.safetensors").exists()
     assert main([*args, "--memory-max-states", "0"]) == 2
-    assert "memory_max_states must be at least 1; got 0" in capsys.readouterr().err
+    assert "argument --memory-max-states: must be >= 1; got 0" in capsys.readouterr().err
 
 
 def test_finetune_an_ensemble_then_calibrate_its_mean(tiny_dir, tmp_path, capsys) -> None:
@@ -350,4 +350,4 @@ def test_finetune_an_ensemble_then_calibrate_its_mean(tiny_dir, tmp_path, capsys
     )
     # A bad ensemble size is a usage error naming the limit.
     assert main([*args, "--ensemble", "0"]) == 2
-    assert "ensemble must be at least 1; got 0" in capsys.readouterr().err
+    assert "argument --ensemble: must be >= 1; got 0" in capsys.readouterr().err

@@ -226,3 +226,310 @@ def test_calibrate_rebuilds_trained_yes_no_and_score_questions_by_their_wording(
     assert rebuilt is not None and len(rebuilt) == 4
     for q in rebuilt.values():
         assert head.knows(str(q.type), [s.name for s in q.option_specs()], question_context(q))
+
+
+# -- hostile input: one line, exit 2, never a traceback ------------------------------------
+
+
+class _BytesStdin(io.TextIOWrapper):
+    """A stdin whose ``buffer`` holds raw bytes, as the real one does."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+
+    def isatty(self) -> bool:
+        return False
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("stdin", "argv", "needle"),
+    [
+        (bytes(range(256)) * 8, ["decide", "-", "--noul", "q=ok?"], "stdin: not valid UTF-8"),
+        (DEEP, ["decide", "-", "--noul", "q=ok?"], "state: JSON nested too deeply"),
+        (bytes(range(256)) * 8, ["decide", "x", "--questions", "-"], "stdin: not valid UTF-8"),
+        (DEEP, ["decide", "x", "--questions", "-"], "-: JSON nested too deeply"),
+        (b"[" + b"9" * 5000 + b"]", ["decide", "-", "--noul", "q=ok?"], "more than 4300 digits"),
+        (b'{"a": 1e999}', ["decide", "-", "--noul", "q=ok?"], "1e999 is out of range"),
+    ],
+)
+def test_hostile_stdin_exits_2_with_one_line(capsys, monkeypatch, stdin, argv, needle):
+    monkeypatch.setattr("sys.stdin", _BytesStdin(stdin))
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    assert needle in _one_error_line(err)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_5000_digit_number_in_questions_file(capsys, tmp_path, suffix):
+    path = tmp_path / f"q{suffix}"
+    digits = "9" * 5000
+    if suffix == ".json":
+        path.write_text('{"q": {"type": "noul", "instructions": ' + digits + "}}")
+    else:
+        path.write_text(f"q:\n  type: noul\n  instructions: {digits}\n")
+    code, _, err = _run(capsys, "decide", "x", "--questions", str(path))
+    assert code == 2
+    assert "a number has more than 4300 digits" in _one_error_line(err)
+
+
+@pytest.mark.parametrize("arg", ["hello \udcff", "caf\udce9", "\ud800"])
+def test_lone_surrogate_argument_exits_2(capsys, arg):
+    """Bytes that are not UTF-8 reach argv as lone surrogates (surrogateescape)."""
+    code, _, err = _run(capsys, "decide", arg, "--noul", "q=ok?")
+    assert code == 2
+    line = _one_error_line(err)
+    assert "argument 2" in line and "not valid UTF-8" in line
+    code, _, err = _run(capsys, "decide", "x", "--noul", f"q={arg}")
+    assert code == 2 and "argument 4" in _one_error_line(err)
+
+
+def test_lone_surrogate_on_a_text_stdin_exits_2(capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello \udcff"))
+    code, _, err = _run(capsys, "decide", "-", "--noul", "q=ok?")
+    assert code == 2 and "stdin: not valid UTF-8 text" in _one_error_line(err)
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--lr", "-1"], "argument --lr: must be > 0; got -1"),
+        (["--lr", "0"], "argument --lr: must be > 0"),
+        (["--lr", "nan"], "argument --lr: must be > 0; got nan"),
+        (["--head-lr", "inf"], "argument --head-lr"),
+        (["--epochs", "0"], "argument --epochs: must be >= 1"),
+        (["--batch-size", "-3"], "argument --batch-size"),
+        (["--lora-rank", "257"], "argument --lora-rank: must be in [0, 256]"),
+        (["--lora-dropout", "1"], "argument --lora-dropout: must be in [0, 1)"),
+        (["--val-fraction", "1.5"], "argument --val-fraction"),
+        (["--label-smoothing", "-0.1"], "argument --label-smoothing"),
+        (["--ema-decay", "1"], "argument --ema-decay"),
+        (["--shared-split", "2"], "argument --shared-split: must be in [0, 1]"),
+        (["--patience", "0"], "argument --patience"),
+        (["--ensemble", "0"], "argument --ensemble"),
+        (["--contrastive-per-label", "1"], "argument --contrastive-per-label"),
+        (["--seed", "-1"], "argument --seed"),
+        (["--examples-per-label", "0"], "argument --examples-per-label"),
+        (["--threads", "0"], "argument --threads: must be in [1, 1024]"),
+        (["--threads", "two"], "argument --threads: expected an integer"),
+    ],
+)
+def test_finetune_refuses_out_of_range_numbers(capsys, tmp_path, flags, needle):
+    code, _, err = _run(capsys, "finetune", "x.csv", "--out", str(tmp_path / "m"), *flags)
+    assert code == 2
+    assert needle in _one_error_line(err)
+
+
+def test_finetune_max_rank_matches_the_trainer():
+    from clef_agents.cli.finetune import MAX_RANK
+    from engine.train.config import MAX_RANK as TRAINER_MAX_RANK
+
+    assert MAX_RANK == TRAINER_MAX_RANK
+
+
+def test_finetune_out_naming_a_file_exits_2_before_training(capsys, tmp_path, monkeypatch):
+    import engine.train
+
+    def no_training(*a, **k):
+        raise AssertionError("trained although --out is a file")
+
+    monkeypatch.setattr(engine.train, "load_training_data", no_training)
+    existing = tmp_path / "model.bin"
+    existing.write_text("not a dir")
+    code, _, err = _run(capsys, "finetune", "x.csv", "--out", str(existing))
+    assert code == 2 and "is a file" in _one_error_line(err)
+    code, _, err = _run(capsys, "finetune", "x.csv", "--out", str(existing / "sub"))
+    assert code == 2 and "is a file, not a directory" in _one_error_line(err)
+
+
+def test_finetune_threads_sets_torch_threads(capsys, tmp_path, monkeypatch):
+    """--threads is a real flag (the benchmarks' docs use it): it reaches torch before
+    training starts."""
+    import torch
+
+    import engine.train
+
+    seen: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+    class Stop(Exception):
+        pass
+
+    def stop(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(engine.train.Trainer, "fit", stop)
+    data = tmp_path / "d.csv"
+    data.write_text("text,label\n" + "".join(f"t{i},{'ab'[i % 2]}\n" for i in range(8)))
+    with pytest.raises(Stop):
+        main(["finetune", str(data), "--out", str(tmp_path / "m"), "--threads", "3"])
+    assert seen == [3]
+
+
+# -- eval ----------------------------------------------------------------------------------
+
+
+def _labelled_csv(path, rows):
+    path.write_text("text,label\n" + "".join(f"{t},{lab}\n" for t, lab in rows))
+    return path
+
+
+@pytest.mark.parametrize("target", ["file/r.png", "missing/dir/r.png", "dir", "r.txt"])
+def test_eval_plot_path_checked_before_evaluating(capsys, tmp_path, monkeypatch, target):
+    import clef_agents.cli.eval as cli_eval
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+
+    def no_engine(args):
+        raise AssertionError("evaluated although --plot cannot be written")
+
+    monkeypatch.setattr(cli_eval, "build_engine", no_engine)
+    data = _labelled_csv(tmp_path / "d.csv", [("a", "x"), ("b", "y")])
+    code, _, err = _run(capsys, "eval", str(data), "--plot", str(tmp_path / target))
+    assert code == 2
+    assert "--plot" in _one_error_line(err)
+    assert not (tmp_path / "r.txt").exists()
+
+
+def test_eval_batch_size_defaults_to_a_real_batch(capsys, tmp_path, monkeypatch, tiny_dir):
+    import engine.evaluation
+
+    seen = {}
+    real = engine.evaluation.evaluate
+
+    def spy(*a, **k):
+        seen.update(k)
+        return real(*a, **k)
+
+    monkeypatch.setattr(engine.evaluation, "evaluate", spy)
+    data = _labelled_csv(tmp_path / "d.csv", [("refund", "billing"), ("bug", "tech")] * 20)
+    code, out, _ = _run(capsys, "eval", str(data), "--model", tiny_dir, "--json", "--no-progress")
+    assert code == 0 and seen["batch_size"] == 32 and json.loads(out)["batch_size"] == 32
+    code, _, err = _run(capsys, "eval", str(data), "--batch-size", "0")
+    assert code == 2 and "argument --batch-size: must be >= 1" in _one_error_line(err)
+
+
+def test_eval_limit_samples_across_labels_deterministically():
+    from clef_agents.cli.eval import stratified_sample
+
+    labels = ["a"] * 90 + ["b"] * 8 + ["c"] * 2  # sorted: the first 10 rows are all "a"
+    picked = stratified_sample(labels, 10, seed=0)
+    assert len(picked) == 10 and picked == sorted(picked)
+    counts = {lab: sum(labels[i] == lab for i in picked) for lab in "abc"}
+    assert counts == {"a": 9, "b": 1, "c": 0} or counts == {"a": 9, "b": 0, "c": 1}
+    assert stratified_sample(labels, 10, seed=0) == picked
+    assert stratified_sample(labels, 10, seed=1) != picked
+    assert stratified_sample(labels, 500, seed=0) == list(range(100))
+    shares = stratified_sample(labels, 50, seed=0)
+    assert sum(labels[i] == "b" for i in shares) == 4 and sum(labels[i] == "c" for i in shares)
+
+
+def test_eval_limit_evaluates_every_label(capsys, tmp_path, tiny_dir, monkeypatch):
+    import engine.evaluation
+
+    seen = {}
+    real = engine.evaluation.evaluate
+
+    def spy(engine_, texts, labels, *a, **k):
+        seen["labels"] = list(labels)
+        return real(engine_, texts, labels, *a, **k)
+
+    monkeypatch.setattr(engine.evaluation, "evaluate", spy)
+    rows = [("refund money", "billing")] * 30 + [("login bug", "tech")] * 30
+    data = _labelled_csv(tmp_path / "d.csv", rows)
+    code, out, _ = _run(
+        capsys, "eval", str(data), "--model", tiny_dir, "--limit", "10", "--json", "--no-progress"
+    )
+    assert code == 0
+    assert json.loads(out)["n"] == 10
+    assert sorted(seen["labels"]) == ["billing"] * 5 + ["tech"] * 5  # not the first 10 rows
+
+
+def test_eval_help_says_limit_is_stratified(capsys):
+    code, out, _ = _run(capsys, "eval", "--help")
+    assert code == 0 and "stratified by label" in " ".join(out.split())
+
+
+def test_eval_threads_flag(capsys, tmp_path, monkeypatch, tiny_dir):
+    import torch
+
+    seen: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    data = _labelled_csv(tmp_path / "d.csv", [("refund", "billing"), ("bug", "tech")])
+    code, _, _ = _run(
+        capsys, "eval", str(data), "--model", tiny_dir, "--threads", "2", "--no-progress"
+    )
+    assert code == 0 and seen == [2]
+
+
+# -- a fine-tuned model asked a question it was not trained on ------------------------------
+
+
+TRAIN_ROWS = [
+    (f"{' '.join(words)} {i}", label)
+    for i in range(6)
+    for label, words in (
+        ("billing", ["refund", "payment", "money"]),
+        ("tech", ["bug", "error", "login"]),
+        ("sales", ["exchange", "rate", "quote"]),
+    )
+]
+
+
+@pytest.fixture(scope="module")
+def finetuned(tiny_dir, tmp_path_factory):
+    pytest.importorskip("peft")
+    root = tmp_path_factory.mktemp("finetuned")
+    data = _labelled_csv(root / "train.csv", TRAIN_ROWS)
+    out = root / "model"
+    argv = [
+        *("finetune", str(data), "--out", str(out), "--backbone", tiny_dir),
+        *("--epochs", "1", "--lora-rank", "0", "--val-fraction", "0", "--no-memory"),
+        *("--quiet", "--device", "cpu"),
+    ]
+    assert main(argv) == 0
+    return root
+
+
+def test_eval_warns_when_a_fine_tuned_model_falls_back_to_zero_shot(capsys, finetuned):
+    model = str(finetuned / "model")
+    data = finetuned / "train.csv"
+    code, out, err = _run(capsys, "eval", str(data), "--model", model, "--json", "--no-progress")
+    assert code == 0 and json.loads(out)["head"] == "trained"
+    assert "warning" not in err
+    oos = _labelled_csv(finetuned / "oos.csv", [*TRAIN_ROWS, ("hello there", "oos")])
+    code, out, err = _run(capsys, "eval", str(oos), "--model", model, "--json", "--no-progress")
+    assert code == 0
+    assert json.loads(out)["head"] == "zero_shot"
+    warning = [line for line in err.splitlines() if "warning" in line]
+    assert len(warning) == 1
+    assert "labels not among its trained options: 'oos'" in warning[0]
+    assert "zero-shot fallback" in warning[0]
+
+
+def test_answers_say_which_head_gave_them(capsys, finetuned):
+    model = str(finetuned / "model")
+    argv = ["decide", "refund my money", "--model", model, "--choice", "label=billing,sales,tech"]
+    code, out, _ = _run(capsys, *argv, "--noul", "angry=Is it angry?", "--json")
+    assert code == 0
+    answers = json.loads(out)["answers"]
+    assert answers["label"]["x_head"] == "trained"
+    assert answers["angry"]["x_head"] == "zero_shot"
+    code, out, _ = _run(capsys, *argv, "--noul", "angry=Is it angry?")
+    assert code == 0
+    assert "angry: P(yes)" in out and "[zero-shot: not a trained question]" in out
+    assert "[zero-shot" not in out.splitlines()[0]
+
+
+def test_a_zero_shot_engine_marks_no_head(tiny_dir):
+    from engine import DecisionEngine
+
+    result = DecisionEngine.from_pretrained(tiny_dir, device="cpu").decide(
+        "x", {"q": {"type": "noul", "instructions": "ok?"}}
+    )
+    assert "x_head" not in result.to_wire()["answers"]["q"]
