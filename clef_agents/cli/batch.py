@@ -2,29 +2,49 @@
 
 One output row per input row, in input order: ``row`` (the input row index), one column per
 question (the choice, P(yes) or the expected score), ``answers`` (the full wire answers as
-JSON) and ``error`` (the row's own error, or null). Work is written in chunks to
-``OUT.parts/`` as it completes, so an interrupted run resumes where it stopped; the final
-file is assembled at the end. ``--ray`` spreads the rows over a Ray cluster with Ray Data
-(one engine per actor).
+JSON) and ``error`` (the row's own error, or null). CSV cells are text: a number is read as
+the text it is written as, and a cell that is not valid UTF-8 fails only its own row.
+
+Work is written in chunks to ``OUT.parts/`` as it completes, so an interrupted run resumes
+where it stopped; the final file is assembled at the end. ``OUT.parts/manifest.json`` ties
+the chunks to the run that wrote them (a hash of the input file's content and of the
+questions, the model version, ``--column``, ``--dtype`` and ``--int8``): a rerun that differs
+in any of them refuses to mix the old answers in, and ``--restart`` discards them.
+``--ray`` spreads the rows over a Ray cluster with Ray Data (one engine per actor).
 """
 
 from __future__ import annotations
 
 import argparse
+import decimal
+import hashlib
 import json
 import shutil
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from clef_agents.cli import UsageError
-from clef_agents.cli.common import add_engine_args, build_engine, load_structured
-from engine.errors import ClefError, require
+from clef_agents.cli.common import (
+    add_engine_args,
+    add_threads_arg,
+    apply_threads,
+    build_engine,
+    load_structured,
+    number,
+)
+from engine.errors import ClefError, InvalidRequestError, require
+
+MANIFEST = "manifest.json"
+"""In ``OUT.parts/``: what the chunks there were computed from."""
+MANIFEST_FORMAT = 1
 
 EPILOG = """examples:
   clef-agents batch tickets.csv --questions q.json --out answers.parquet
   clef-agents batch tickets.parquet --questions q.yaml --column body --out out.parquet --ray
   clef-agents batch big.csv --questions q.json --out out.parquet   # rerun to resume
+  clef-agents batch big.csv --questions q2.json --out out.parquet --restart  # start over
 """
 
 
@@ -47,49 +67,84 @@ def register(sub: Any) -> None:
         help="state column (default: 'state', 'text', or the only column); repeat to send "
         "several columns as one JSON object state",
     )
-    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="rows per forward")
     p.add_argument(
-        "--chunk-rows", type=int, default=2048, metavar="N", help="rows per checkpointed chunk"
+        "--batch-size", type=number(int, low=1), default=64, metavar="N", help="rows per forward"
+    )
+    p.add_argument(
+        "--chunk-rows",
+        type=number(int, low=1),
+        default=2048,
+        metavar="N",
+        help="rows per checkpointed chunk",
+    )
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard the answers an earlier run left in OUT.parts/ and start again "
+        "(without it, a rerun resumes, and refuses when its input, questions, model or "
+        "options differ from the run that wrote them)",
     )
     p.add_argument("--ray", action="store_true", help="run on Ray Data")
     p.add_argument("--ray-address", default=None, metavar="ADDR", help="Ray cluster to join")
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="Ray actors (engines)")
-    p.add_argument("--num-gpus", type=float, default=0.0, metavar="G", help="GPUs per actor")
+    p.add_argument(
+        "--workers", type=number(int, low=1), default=1, metavar="N", help="Ray actors (engines)"
+    )
+    p.add_argument(
+        "--num-gpus", type=number(float, low=0), default=0.0, metavar="G", help="GPUs per actor"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_engine_args(p)
+    add_threads_arg(p)
     p.set_defaults(func=run)
 
 
 # -- reading ------------------------------------------------------------------------------
 
 
-def read_table(path: str) -> Any:
-    """The whole input as a pyarrow Table (CSV or Parquet)."""
+def read_table(path: str, wanted: list[str] | None) -> tuple[Any, list[str], bool]:
+    """The input's state columns as a pyarrow Table, their names, and whether they are raw
+    CSV cells (bytes, decoded row by row by :func:`states_of`) rather than typed values.
+
+    CSV state columns are read as bytes, not inferred: inference turns a column with one
+    byte that is not UTF-8 into binary for every row (read as image bytes), and a column of
+    numbers into integers (no state); a CSV cell is text.
+    """
     require("pyarrow", package="pyarrow", extra="server", feature="clef-agents batch")
+    import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
     p = Path(path)
     if not p.is_file():
         raise UsageError(f"{path}: no such file")
+    suffix = p.suffix.lower()
+    if suffix not in (".parquet", ".pq", ".csv", ".tsv"):
+        raise UsageError(f"{path}: expected a .csv, .tsv or .parquet file")
     try:
-        if p.suffix.lower() in (".parquet", ".pq"):
-            return pq.read_table(p)
-        if p.suffix.lower() in (".csv", ".tsv"):
-            opts = pcsv.ParseOptions(delimiter="\t" if p.suffix.lower() == ".tsv" else ",")
-            return pcsv.read_csv(p, parse_options=opts)
+        if suffix in (".parquet", ".pq"):
+            cols = state_columns(pq.read_schema(p).names, wanted)
+            return pq.read_table(p, columns=cols), cols, False
+        opts = pcsv.ParseOptions(delimiter="\t" if suffix == ".tsv" else ",")
+        with pcsv.open_csv(p, parse_options=opts) as reader:  # the header, for the names
+            names = reader.schema.names
+        cols = state_columns(names, wanted)
+        convert = pcsv.ConvertOptions(
+            include_columns=cols, column_types=dict.fromkeys(cols, pa.binary())
+        )
+        return pcsv.read_csv(p, parse_options=opts, convert_options=convert), cols, True
+    except UsageError:
+        raise
     except Exception as exc:  # pyarrow raises its own error types
         raise UsageError(f"{path}: cannot read ({exc})") from None
-    raise UsageError(f"{path}: expected a .csv, .tsv or .parquet file")
 
 
-def state_columns(table: Any, wanted: list[str] | None) -> list[str]:
-    names = list(table.column_names)
+def state_columns(names: list[str], wanted: list[str] | None) -> list[str]:
+    names = list(names)
     if wanted:
         missing = [c for c in wanted if c not in names]
         if missing:
             raise UsageError(f"--column {missing[0]!r}: not in the input (columns: {names})")
-        return wanted
+        return list(dict.fromkeys(wanted))
     for default in ("state", "text"):
         if default in names:
             return [default]
@@ -98,10 +153,37 @@ def state_columns(table: Any, wanted: list[str] | None) -> list[str]:
     raise UsageError(f"which column is the state? pass --column (columns: {names})")
 
 
-def states_of(rows: list[dict[str, Any]], columns: list[str]) -> list[Any]:
-    if len(columns) == 1:
-        return [row[columns[0]] for row in rows]
-    return [{c: row[c] for c in columns} for row in rows]
+def _cell(value: Any, column: str, raw: bool) -> Any:
+    """One state value: a raw CSV cell decoded as UTF-8 (its row's own error if it is not),
+    a number from a typed column as its text."""
+    if raw and isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return InvalidRequestError(
+                f"column {column!r} is not valid UTF-8 text "
+                f"(byte 0x{value[exc.start]:02x} at offset {exc.start})",
+                field="state",
+            )
+    if isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def states_of(rows: list[dict[str, Any]], columns: list[str], raw: bool = False) -> list[Any]:
+    """Each row's state (one column: its value; several: a JSON object), or the row's own
+    :class:`InvalidRequestError` when a cell cannot be read."""
+    states: list[Any] = []
+    for row in rows:
+        cells = {c: _cell(row[c], c, raw) for c in columns}
+        bad = next((v for v in cells.values() if isinstance(v, InvalidRequestError)), None)
+        if bad is not None:
+            states.append(bad)
+        elif len(columns) == 1:
+            states.append(cells[columns[0]])
+        else:
+            states.append(cells)
+    return states
 
 
 # -- answering ----------------------------------------------------------------------------
@@ -110,15 +192,17 @@ def states_of(rows: list[dict[str, Any]], columns: list[str]) -> list[Any]:
 def answer_rows(
     engine: Any, rows: list[int], states: list[Any], questions: Mapping[str, Any], batch: int
 ) -> list[dict[str, Any]]:
-    """Answer ``states``; one output record per row, errors kept per row."""
-    out: list[dict[str, Any]] = []
-    for start in range(0, len(states), batch):
-        chunk = states[start : start + batch]
-        payloads = [{"state": s, "questions": questions} for s in chunk]
-        slots = engine.decide_batch(payloads, return_exceptions=True)
-        for row, slot in zip(rows[start : start + batch], slots, strict=True):
-            out.append(record(row, slot, questions))
-    return out
+    """Answer ``states``; one output record per row, errors kept per row (a state that is
+    already an exception, a cell that could not be read, is that row's error)."""
+    slots: list[Any] = list(states)
+    good = [i for i, s in enumerate(states) if not isinstance(s, BaseException)]
+    for start in range(0, len(good), batch):
+        idx = good[start : start + batch]
+        payloads = [{"state": states[i], "questions": questions} for i in idx]
+        answers = engine.decide_batch(payloads, return_exceptions=True)
+        for i, slot in zip(idx, answers, strict=True):
+            slots[i] = slot
+    return [record(row, slot, questions) for row, slot in zip(rows, slots, strict=True)]
 
 
 def record(row: int, slot: Any, questions: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,8 +240,107 @@ def parts_dir(out: Path) -> Path:
     return out.with_name(out.name + ".parts")
 
 
-def done_rows(parts: Path) -> set[int]:
-    """Rows already answered by an earlier (interrupted) run; unreadable parts are dropped."""
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def run_manifest(
+    args: argparse.Namespace, rows: int, cols: list[str], questions: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What the answers of this run depend on (the model version is added once loaded)."""
+    canonical = json.dumps(questions, sort_keys=True, ensure_ascii=False, default=str)
+    return {
+        "format": MANIFEST_FORMAT,
+        "input_sha256": file_sha256(args.data),
+        "input_rows": rows,
+        "questions_sha256": hashlib.sha256(canonical.encode("utf-8")).hexdigest(),
+        "columns": cols,
+        "dtype": getattr(args, "dtype", "auto"),
+        "int8": bool(args.int8),
+    }
+
+
+_WHAT = {
+    "format": "the checkpoint format",
+    "input_sha256": "the input file's content",
+    "input_rows": "the input's row count",
+    "questions_sha256": "the questions",
+    "model_version": "the model version",
+    "columns": "the state columns (--column)",
+    "dtype": "--dtype",
+    "int8": "--int8",
+}
+
+
+def _differences(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    out = []
+    for key, value in now.items():
+        if saved.get(key) == value:
+            continue
+        what = _WHAT.get(key, key)
+        if key in ("input_rows", "model_version", "columns", "dtype", "int8"):
+            what += f" ({saved.get(key)} then, {value} now)"
+        out.append(what)
+    return out
+
+
+def check_parts(parts: Path, expected: Mapping[str, Any], restart: bool) -> None:
+    """Refuse to resume from chunks another run wrote (``expected``: this run's manifest,
+    possibly without the model version yet). With ``restart`` nothing is refused."""
+    if restart or not parts.exists():
+        return
+    remedy = f"rerun with --restart to discard them and start again, or delete {parts}"
+    if not parts.is_dir():
+        raise UsageError(f"{parts} is in the way of the checkpoint dir: delete it")
+    chunks = sorted(parts.glob("*.parquet"))
+    try:
+        saved = json.loads((parts / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = None
+    if not isinstance(saved, dict):
+        if chunks:
+            raise UsageError(
+                f"{parts} holds {len(chunks)} chunk(s) of answers from an earlier run with "
+                f"no readable {MANIFEST}, so they cannot be checked against this run; {remedy}"
+            )
+        return
+    differs = _differences(saved, expected)
+    if differs and chunks:
+        raise UsageError(
+            f"{parts} holds answers of a different run; changed since: {', '.join(differs)}; "
+            f"{remedy}"
+        )
+
+
+def open_parts(parts: Path, manifest: Mapping[str, Any], restart: bool) -> None:
+    """Make ``parts`` ready for this run: check it (see :func:`check_parts`), empty it when
+    restarting or when it holds no chunks, and record this run's manifest."""
+    check_parts(parts, manifest, restart)
+    if parts.is_dir() and (restart or not any(parts.glob("*.parquet"))):
+        old = len(list(parts.glob("*.parquet")))
+        if restart and old:
+            sys.stderr.write(f"--restart: discarding {old} chunk(s) of answers in {parts}\n")
+        shutil.rmtree(parts)
+    elif parts.exists() and not parts.is_dir():
+        parts.unlink()
+    parts.mkdir(parents=True, exist_ok=True)
+    path = parts / MANIFEST
+    if not path.exists():
+        tmp = parts / f".{MANIFEST}.tmp"
+        tmp.write_text(json.dumps(dict(manifest), indent=2, sort_keys=True) + "\n")
+        tmp.replace(path)
+
+
+def done_rows(parts: Path, n_rows: int | None = None) -> set[int]:
+    """Rows already answered by an earlier (interrupted) run; unreadable parts are dropped.
+
+    Raises:
+        UsageError: A chunk holds a row past the input's ``n_rows`` (stale answers).
+    """
     import pyarrow.parquet as pq
 
     done: set[int] = set()
@@ -168,6 +351,12 @@ def done_rows(parts: Path) -> set[int]:
             done.update(int(r) for r in pq.read_table(f, columns=["row"])["row"].to_pylist())
         except Exception:  # a part cut short by the interruption: redo its rows
             f.unlink()
+    if n_rows is not None and done and max(done) >= n_rows:
+        raise UsageError(
+            f"{parts} holds answers for row {max(done)}, but the input has {n_rows} rows: "
+            f"they are from another input; rerun with --restart to discard them and start "
+            f"again, or delete {parts}"
+        )
     return done
 
 
@@ -192,7 +381,10 @@ def assemble(parts: Path, out: Path, n_rows: int, schema: Any) -> int:
     table = table.sort_by("row")
     rows = table["row"].to_pylist()
     if rows != list(range(n_rows)):
-        raise ClefError(f"{out}: assembled {len(rows)} rows for {n_rows} input rows")
+        raise ClefError(
+            f"{out}: the chunks in {parts} hold {len(rows)} rows for {n_rows} input rows; "
+            f"rerun with --restart to discard them and start again, or delete {parts}"
+        )
     tmp = out.with_name(out.name + ".tmp")
     pq.write_table(table, tmp)
     tmp.replace(out)
@@ -208,19 +400,25 @@ def _chunks(todo: list[int], size: int) -> Iterator[list[int]]:
         yield todo[start : start + size]
 
 
-def run_local(args: argparse.Namespace, table: Any, cols: list[str], questions: Any) -> None:
+def run_local(
+    args: argparse.Namespace,
+    engine: Any,
+    table: Any,
+    cols: list[str],
+    questions: Any,
+    raw: bool,
+) -> None:
     from tqdm import tqdm
 
     parts = parts_dir(Path(args.out))
-    parts.mkdir(parents=True, exist_ok=True)
-    done = done_rows(parts)
+    done = done_rows(parts, table.num_rows)
     todo = [i for i in range(table.num_rows) if i not in done]
     schema = _schema(questions)
-    engine = build_engine(args)
     bar = tqdm(total=table.num_rows, initial=len(done), unit="row", disable=args.no_progress)
     for chunk in _chunks(todo, args.chunk_rows):
         rows = table.take(chunk).select(cols).to_pylist()
-        records = answer_rows(engine, chunk, states_of(rows, cols), questions, args.batch_size)
+        states = states_of(rows, cols, raw)
+        records = answer_rows(engine, chunk, states, questions, args.batch_size)
         write_part(parts, records, schema)
         bar.update(len(chunk))
     bar.close()
@@ -237,12 +435,15 @@ class _RayAnswerer:
         questions: dict[str, Any],
         cols: list[str],
         batch_size: int,
+        raw: bool = False,
+        dtype: str = "auto",
     ) -> None:
-        ns = argparse.Namespace(model=model, device=device, int8=int8)
+        ns = argparse.Namespace(model=model, device=device, int8=int8, dtype=dtype)
         self.engine = build_engine(ns)
         self.questions = questions
         self.cols = cols
         self.batch_size = batch_size
+        self.raw = raw
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
@@ -251,22 +452,23 @@ class _RayAnswerer:
         records = answer_rows(
             self.engine,
             [r["row"] for r in rows],
-            states_of(rows, self.cols),
+            states_of(rows, self.cols, self.raw),
             self.questions,
             self.batch_size,
         )
         return pa.Table.from_pylist(records, schema=_schema(self.questions))
 
 
-def run_ray(args: argparse.Namespace, table: Any, cols: list[str], questions: Any) -> None:
+def run_ray(
+    args: argparse.Namespace, table: Any, cols: list[str], questions: Any, raw: bool
+) -> None:
     require("ray.data", package="ray[data]", extra="ray", feature="clef-agents batch --ray")
     import pyarrow as pa
     import pyarrow.compute as pc
     import ray
 
     parts = parts_dir(Path(args.out))
-    parts.mkdir(parents=True, exist_ok=True)
-    done = done_rows(parts)
+    done = done_rows(parts, table.num_rows)
     indexed = table.select(cols).append_column("row", pa.array(range(table.num_rows), pa.int64()))
     if done:
         mask = pc.invert(pc.is_in(indexed["row"], value_set=pa.array(sorted(done), pa.int64())))
@@ -285,6 +487,8 @@ def run_ray(args: argparse.Namespace, table: Any, cols: list[str], questions: An
             "questions": dict(questions),
             "cols": cols,
             "batch_size": args.batch_size,
+            "raw": raw,
+            "dtype": getattr(args, "dtype", "auto"),
         },
         batch_size=args.chunk_rows,
         batch_format="pyarrow",
@@ -297,8 +501,6 @@ def run_ray(args: argparse.Namespace, table: Any, cols: list[str], questions: An
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.batch_size < 1 or args.chunk_rows < 1:
-        raise UsageError("--batch-size and --chunk-rows must be >= 1")
     loaded = load_structured(args.questions)
     if isinstance(loaded, Mapping) and "questions" in loaded:
         loaded = loaded["questions"]
@@ -308,16 +510,35 @@ def run(args: argparse.Namespace) -> int:
 
     questions_from(loaded)  # validate once, up front (InvalidRequestError → exit 2)
     questions = dict(loaded)
-    table = read_table(args.data)
-    cols = state_columns(table, args.column)
+    table, cols, raw = read_table(args.data, args.column)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.is_dir():
+        raise UsageError(f"--out {args.out}: is a directory; name a .parquet file")
+    parts = parts_dir(out)
+    manifest = run_manifest(args, table.num_rows, cols, questions)
+    check_parts(parts, manifest, args.restart)  # before minutes of model loading
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot create its directory ({exc})") from None
+    apply_threads(args)
+    # The model version ties the chunks to the weights (on Ray too, where the actors load
+    # their own engines: the driver loads it once to know the version).
+    engine = build_engine(args)
+    manifest["model_version"] = engine.model_version
+    open_parts(parts, manifest, args.restart)
     if args.ray:
-        run_ray(args, table, cols, questions)
+        del engine
+        run_ray(args, table, cols, questions, raw)
     else:
-        run_local(args, table, cols, questions)
-    n = assemble(parts_dir(out), out, table.num_rows, _schema(questions))
-    import sys
+        run_local(args, engine, table, cols, questions, raw)
+    schema = _schema(questions)
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    sys.stderr.write(f"wrote {n} rows to {out}\n")
+    n = assemble(parts, out, table.num_rows, schema)
+    failed = pq.read_table(out, columns=["error"])["error"]
+    n_failed = int(pc.count(failed))  # count() skips nulls: the rows with an error
+    note = f" ({n_failed} failed: see the error column)" if n_failed else ""
+    sys.stderr.write(f"wrote {n} rows to {out}{note}\n")
     return 0
