@@ -32,6 +32,7 @@ from benchmarks._common import RESULTS, ROOT, machine, percentiles, shared_data
 from engine import DecisionEngine
 from engine.calibration.metrics import brier_score, top_label_ece
 from engine.schema.questions import Choice, Noul
+from engine.schema.request import build_request
 from engine.train.mixture import Item, MixtureSampler, load_mixture
 
 SUITE = ROOT / "tests" / "data" / "noul_suite.jsonl"
@@ -44,7 +45,7 @@ def score_items(engine: DecisionEngine, items: list[Item], batch: int = 64) -> d
     for start in range(0, len(items), batch):
         chunk = items[start : start + batch]
         results = engine.decide_batch(
-            [it.state for it in chunk], [{"q": it.question} for it in chunk]
+            [build_request(it.state, {"q": it.question}, engine.model_name) for it in chunk]
         )
         for it, result in zip(chunk, results, strict=True):
             answer = result.answers["q"]

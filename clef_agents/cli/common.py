@@ -223,7 +223,14 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         default=None,
         help="model dir (from save_pretrained/finetune) or a local HF model dir; "
-        "default: the embedded all-MiniLM-L6-v2",
+        "default: the embedded general decision model",
+    )
+    parser.add_argument(
+        "--scorer",
+        default="general",
+        choices=["general", "similarity"],
+        help="without --model: general (default), the decision model shipped in the package; "
+        "similarity, the bare all-MiniLM-L6-v2 embedding similarity of earlier releases",
     )
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1, mps")
     parser.add_argument(
@@ -250,4 +257,4 @@ def build_engine(args: argparse.Namespace) -> Any:
         kwargs["dtype"] = args.dtype
     if args.model:
         return DecisionEngine.from_pretrained(args.model, **kwargs)
-    return DecisionEngine(**kwargs)
+    return DecisionEngine(scorer=getattr(args, "scorer", "general"), **kwargs)
