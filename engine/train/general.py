@@ -75,6 +75,7 @@ class GeneralTrainer:
         label_smoothing: float = 0.05,
         brier_weight: float = 0.5,
         seed: int = 0,
+        device: str | None = "cpu",
     ) -> None:
         import peft
 
@@ -82,7 +83,9 @@ class GeneralTrainer:
         from engine.train.trainer import _default_targets
 
         torch.manual_seed(seed)
-        self.backbone = load_backbone("encoder", None, device="cpu")
+        # fp32 on every device: the adapter trains in full precision.
+        self.backbone = load_backbone("encoder", None, device=device, dtype="fp32")
+        self.device = self.backbone.device
         self.tokenizer = self.backbone.tokenizer  # type: ignore[attr-defined]
         base = self.backbone.model  # type: ignore[attr-defined]
         depth = int(base.config.num_hidden_layers)
@@ -98,7 +101,9 @@ class GeneralTrainer:
             bias="none",
         )
         self.model = peft.get_peft_model(base, self.lora_config)
-        self.log_scale = torch.nn.Parameter(torch.full((len(TYPES),), math.log(20.0)))
+        self.log_scale = torch.nn.Parameter(
+            torch.full((len(TYPES),), math.log(20.0), device=self.device)
+        )
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             [{"params": params, "lr": lr}, {"params": [self.log_scale], "lr": 1e-2}],
@@ -122,10 +127,9 @@ class GeneralTrainer:
             max_length=self.max_length,
             return_tensors="pt",
         )
-        hidden = self.model(
-            input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]
-        ).last_hidden_state
-        m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        m = mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
         return torch.nn.functional.normalize(pooled, dim=-1)
 
@@ -141,11 +145,15 @@ class GeneralTrainer:
         for i, ts in enumerate(texts):
             index[i, : len(ts)] = torch.tensor([where[t] for t in ts])
             valid[i, : len(ts)] = True
+        index, valid = index.to(self.device), valid.to(self.device)
         sims = torch.einsum("bh,bnh->bn", states, options[index])
-        kinds = torch.tensor([TYPES.index(str(it.question.type)) for it in items])  # type: ignore[attr-defined]
+        kinds = torch.tensor(
+            [TYPES.index(str(it.question.type)) for it in items],  # type: ignore[attr-defined]
+            device=self.device,
+        )
         logits = (sims * self.log_scale.exp()[kinds].unsqueeze(1)).masked_fill(~valid, -1e4)
         logp = torch.log_softmax(logits, dim=-1)
-        target = torch.tensor([it.label for it in items])
+        target = torch.tensor([it.label for it in items], device=self.device)
         nll = -logp.gather(1, target.unsqueeze(1)).squeeze(1)
         uniform = -(logp * valid).sum(1) / valid.sum(1)
         ce = (1 - self.label_smoothing) * nll + self.label_smoothing * uniform
@@ -229,12 +237,12 @@ class GeneralTrainer:
         from safetensors.torch import save_file
 
         directory.mkdir(parents=True, exist_ok=True)
-        tensors = {f"param.{n}": p.detach().contiguous() for n, p in self._named()}
+        tensors = {f"param.{n}": p.detach().contiguous().cpu() for n, p in self._named()}
         opt = self.optimizer.state_dict()
         for pid, state in opt["state"].items():
             for k, v in state.items():
                 if isinstance(v, torch.Tensor):
-                    tensors[f"opt.{pid}.{k}"] = v.contiguous()
+                    tensors[f"opt.{pid}.{k}"] = v.contiguous().cpu()
         tmp = directory / "state.safetensors.tmp"
         save_file(tensors, str(tmp))
         tmp.replace(directory / "state.safetensors")
@@ -248,12 +256,12 @@ class GeneralTrainer:
         meta = json.loads((directory / "meta.json").read_text())
         with torch.no_grad():
             for n, p in self._named():
-                p.copy_(tensors[f"param.{n}"])
+                p.copy_(tensors[f"param.{n}"].to(p.device))
         state: dict[int, dict[str, Any]] = {}
         for k, v in tensors.items():
             if k.startswith("opt."):
                 _, pid, name = k.split(".", 2)
-                state.setdefault(int(pid), {})[name] = v
+                state.setdefault(int(pid), {})[name] = v.to(self.device)
         self.optimizer.load_state_dict({"state": state, "param_groups": meta["groups"]})
         self.step = int(meta["step"])
 
@@ -347,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, auto")
     parser.add_argument("--exclude", nargs="*", default=[], help="sets left out (leave-one-out)")
     parser.add_argument("--max-minutes", type=float, default=None)
     parser.add_argument("--calibration-per-set", type=int, default=400)
@@ -365,6 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         layers=args.layers or None,
         max_length=args.max_length,
+        device=None if args.device == "auto" else args.device,
     )
     out = Path(args.out)
     stats = trainer.train(
