@@ -1,14 +1,14 @@
 """``clef-agents serve``: the Jev-compatible ``/v1/systemone`` server (uvicorn, or Ray Serve).
 
-Shutdown is graceful: the first SIGTERM/SIGINT makes new ``/v1`` requests answer 503 with
-``Retry-After`` (and ``/readyz`` 503) while in-flight requests finish; then the server
-exits. A second signal exits at once.
+Shutdown is graceful: the first SIGTERM/SIGINT closes the listening socket, makes new
+``/v1`` requests answer 503 with ``Retry-After`` (and ``/readyz`` 503) while in-flight and
+queued requests finish; at ``--drain-timeout`` what is left gets 503 and the server exits.
+A second signal exits at once. Connection limits: see :mod:`clef_agents.server.transport`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import logging
 import os
@@ -63,7 +63,45 @@ def register(sub: Any) -> None:
         "--max-body-mb", type=float, default=8.0, metavar="MB", help="request body cap (413)"
     )
     p.add_argument(
-        "--body-timeout", type=float, default=10.0, metavar="S", help="slow-body limit (408)"
+        "--body-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="whole-body deadline from its first read; a trickle cannot extend it (408)",
+    )
+    p.add_argument(
+        "--max-header-kb",
+        type=float,
+        default=64.0,
+        metavar="KB",
+        help="request line + headers cap (431, connection closed; default 64)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="request head must arrive within S of connecting or its first byte (408)",
+    )
+    p.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="close an idle keep-alive connection after S (default 5)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="open connections past which a new one gets 503 and is closed (default 1024)",
+    )
+    p.add_argument(
+        "--metrics-public",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="with --api-key-env, serve /metrics without the key (default: key required)",
     )
     p.add_argument(
         "--alias",
@@ -109,7 +147,11 @@ def register(sub: Any) -> None:
         help=f"option examples per request (422; default {SERVER_MAX_EXAMPLE_TEXTS})",
     )
     p.add_argument(
-        "--drain-timeout", type=float, default=30.0, metavar="S", help="graceful shutdown limit"
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM, how long queued requests may finish; then 503 (default 30)",
     )
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     p.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
@@ -139,6 +181,11 @@ def server_config(args: argparse.Namespace) -> Any:
         max_queue=args.max_queue,
         max_body_bytes=int(args.max_body_mb * 1024 * 1024),
         body_timeout_s=args.body_timeout,
+        max_header_bytes=int(args.max_header_kb * 1024),
+        header_timeout_s=args.header_timeout,
+        keep_alive_timeout_s=args.keep_alive_timeout,
+        max_connections=args.max_connections,
+        metrics_public=args.metrics_public,
         api_key=api_key,
         # --alias adds names; jev-latest stays accepted (the official SDKs send it).
         aliases=tuple(dict.fromkeys((*DEFAULT_ALIASES, *(args.alias or ())))),
@@ -172,43 +219,13 @@ def run(args: argparse.Namespace) -> int:
     # full collections under load walk only request garbage, not a million module objects.
     gc.collect()
     gc.freeze()
-    serve_app(app, args.host, args.port, cfg.drain_timeout_s, args.log_level)
+    serve_app(app, args.host, args.port, cfg, args.log_level)
     return 0
 
 
-def serve_app(app: Any, host: str, port: int, drain_timeout_s: float, log_level: str) -> None:
-    """Run ``app`` with uvicorn; drain on the first signal, exit on the second."""
-    import uvicorn
+def serve_app(app: Any, host: str, port: int, cfg: Any, log_level: str) -> None:
+    """Run ``app`` with uvicorn and the connection limits of ``cfg``; drain on a signal."""
+    from clef_agents.server.transport import serve_app as serve
 
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    state = app.state.clef
-
-    class DrainingServer(uvicorn.Server):
-        draining_task: asyncio.Task[None] | None = None
-
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            if state.draining or self.should_exit:
-                self.force_exit = True
-                self.should_exit = True
-                return
-            state.begin_drain()
-            loop = asyncio.get_event_loop()
-            loop.call_soon_threadsafe(self._start_drain)
-
-        def _start_drain(self) -> None:
-            self.draining_task = asyncio.ensure_future(self._drain())
-
-        async def _drain(self) -> None:
-            await state.wait_drained(drain_timeout_s)
-            self.should_exit = True
-
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        timeout_graceful_shutdown=int(drain_timeout_s) + 1,
-        access_log=False,
-        server_header=False,
-    )
-    DrainingServer(config).run()
+    serve(app, host, port, cfg, log_level)

@@ -38,6 +38,7 @@ from clef_agents.server.body import (
     parse_json,
     parse_multipart,
     read_body,
+    until_disconnected,
 )
 from clef_agents.server.config import ServerConfig
 from clef_agents.server.errors import (
@@ -80,6 +81,7 @@ class ServerState:
         )
         self.draining = False
         self.inflight = 0
+        self.admitted = 0  # in flight with their whole body received (the admission count)
         self._idle = asyncio.Event()
         self._idle.set()
         self._start_lock: asyncio.Lock | None = None
@@ -94,7 +96,9 @@ class ServerState:
 
     @property
     def admit_limit(self) -> int:
-        """Requests in flight on ``/v1/systemone*`` past which new ones get 503 at once."""
+        """Requests past their body on ``/v1/systemone*`` beyond which new ones get 503 at
+        once. Requests still receiving their body do not count: slow senders, bounded by
+        the body deadline and the connection cap, cannot lock valid clients out."""
         return self.config.max_queue + self.config.max_batch
 
     def accepts(self, model: str) -> bool:
@@ -208,7 +212,7 @@ class _Frame:
             )
             response.headers["Connection"] = "close"
             await response(scope, receive, send_with_id)
-        elif route.startswith("/v1/systemone") and state.inflight >= state.admit_limit:
+        elif route.startswith("/v1/systemone") and state.admitted >= state.admit_limit:
             # Shed before reading the body: under overload the event loop must not spend
             # itself on requests that would only wait for the full queue to refuse them.
             state.metrics.shed.labels(reason="inflight").inc()
@@ -224,8 +228,18 @@ class _Frame:
         else:
             if counted:
                 state.enter()
+            body_done = False
+
+            async def receive_counted() -> Message:
+                nonlocal body_done
+                message = await receive()
+                if counted and not body_done and not message.get("more_body", False):
+                    body_done = True  # whole body in (or the client gone): now admitted
+                    state.admitted += 1
+                return message
+
             try:
-                await self.app(scope, receive, send_with_id)
+                await self.app(scope, receive_counted, send_with_id)
             except Exception:
                 logger.exception("unhandled error on %s", path)
                 if not status_seen:
@@ -236,6 +250,8 @@ class _Frame:
             finally:
                 if counted:
                     state.leave()
+                if body_done:
+                    state.admitted -= 1
         status = status_seen[0] if status_seen else 500
         state.metrics.observe_request(route, status, time.perf_counter() - started)
 
@@ -386,7 +402,7 @@ def create_app(
         budget.check_questions(decision.questions, cfg)
         budget.check_state(decision.state, cfg)
         await state.ensure_started()
-        [slot] = await state.batcher.submit([decision])
+        [slot] = await until_disconnected(state.batcher.submit([decision]), request)
         if isinstance(slot, BaseException):
             raise engine_error(slot)
         state.metrics.decisions.inc()
@@ -431,7 +447,11 @@ def create_app(
             except (HTTPError, ValidationFailed) as error:
                 slots[i] = error
         await state.ensure_started()
-        answered = await state.batcher.submit([r for _, r in good]) if good else []
+        answered = (
+            await until_disconnected(state.batcher.submit([r for _, r in good]), request)
+            if good
+            else []
+        )
         for (i, _), slot in zip(good, answered, strict=True):
             slots[i] = slot
         results: list[dict[str, Any]] = []
@@ -501,7 +521,10 @@ def create_app(
         )
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    @_guarded
+    async def metrics(request: Request) -> Response:
+        if not cfg.metrics_public:
+            _authorize(state, request)  # a no-op without a key
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
 
     app.add_middleware(_Frame, state=state)

@@ -8,6 +8,9 @@ a gap of ``max_wait_ms`` between arrivals closes the batch, and so does the fill
 own answer or its own error, in order. The forward runs in a dedicated thread, never on
 the event loop. The queue is bounded: past ``max_queue``
 waiting items, :meth:`MicroBatcher.submit` raises :class:`Overloaded` at once (503).
+A job whose caller stopped waiting (its task was cancelled, for example because the HTTP
+client disconnected) is dropped from the queue, never computed. :meth:`MicroBatcher.stop`
+answers whatever is still queued or running at its deadline with :class:`ShuttingDown`.
 
 Example:
     >>> batcher = MicroBatcher(engine.decide_batch, max_batch=32, max_wait_ms=2)  # doctest: +SKIP
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,6 +60,40 @@ class BatchObserver(Protocol):
     def batch_done(self, size: int, seconds: float) -> None: ...
 
     def queue_depth(self, depth: int) -> None: ...
+
+
+class _DaemonWorker(Executor):
+    """One daemon thread running submitted calls in order.
+
+    A ``ThreadPoolExecutor`` thread is joined at interpreter exit, so a forward still running
+    when the drain deadline passes would hold the process past ``--drain-timeout``; the
+    result of such a forward is thrown away anyway.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._calls.put((future, fn, args, kwargs))
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._calls.put(None)
+        if wait:
+            self._thread.join()
+
+    def _work(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args, kwargs = call
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to the awaiting coroutine
+                future.set_exception(exc)
 
 
 @dataclass
@@ -99,7 +138,8 @@ class MicroBatcher:
         self._pending: deque[tuple[_Job, int]] = deque()
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: _DaemonWorker | None = None
+        self._running: list[tuple[_Job, int]] = []
         self._closing = False
         self._busy = False
         self._free_since = 0.0
@@ -111,28 +151,35 @@ class MicroBatcher:
         if self._task is not None:
             return
         self._wake = asyncio.Event()
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="clef-server-model")
+        self._executor = _DaemonWorker("clef-server-model")
         self._closing = False
         self._task = asyncio.create_task(self._loop(), name="clef-micro-batcher")
 
     async def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop taking work, finish what is queued (up to ``timeout_s``), then stop."""
+        """Stop taking work, finish what is queued (up to ``timeout_s``), then stop.
+
+        What is still queued or running at the deadline is answered with
+        :class:`ShuttingDown` at once (a running forward finishes in its thread, unheard).
+        """
         self._closing = True
         if self._task is None:
             return
         assert self._wake is not None
         self._wake.set()
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
+            await asyncio.wait_for(asyncio.shield(self._task), max(0.0, timeout_s))
         except asyncio.TimeoutError:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self._task = None
-        while self._pending:
-            job, _ = self._pending.popleft()
+        gone = ShuttingDown("the server is shutting down; retry on another replica")
+        for job, _ in [*self._running, *self._pending]:
             if not job.future.done():
-                job.future.set_exception(ShuttingDown("the server is shutting down"))
+                job.future.set_exception(gone)
+        self._running = []
+        self._pending.clear()
+        self._report_depth()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
@@ -188,7 +235,7 @@ class MicroBatcher:
                 # Wait while requests keep arriving (a gap of max_wait ends it), up to a cap.
                 opened = max(first_job.arrived, self._free_since)
                 cap = opened + max(FILL_CAP_S, FILL_CAP_WAITS * self.max_wait_s)
-                while len(self._pending) < self.max_batch:
+                while len(self._pending) < self.max_batch and not self._closing:
                     last = self._pending[-1][0].arrived
                     remaining = min(max(last, opened) + self.max_wait_s, cap) - time.monotonic()
                     if remaining <= 0:
@@ -206,6 +253,7 @@ class MicroBatcher:
             if not batch:
                 continue
             self._busy = True
+            self._running = batch
             started = time.perf_counter()
             try:
                 slots = await loop.run_in_executor(
@@ -222,6 +270,7 @@ class MicroBatcher:
             self._item_seconds = 0.8 * self._item_seconds + 0.2 * (seconds / len(batch))
             if self._observer is not None:
                 self._observer.batch_done(len(batch), seconds)
+            self._running = []  # left set when cancelled, so that stop() can answer them
             for (job, index), slot in zip(batch, slots, strict=True):
                 job.results[index] = slot
                 job.remaining -= 1

@@ -2,8 +2,11 @@
 
 Everything here turns hostile input into a 4xx: a body over the cap is 413 (checked on the
 declared length, while streaming, and again after decompression, so a compression bomb
-never expands past the cap), a body that trickles in is 408, bad compression is 400,
-malformed JSON (including NaN and infinity, which are not JSON) is 422.
+never expands past the cap), a body that trickles in is 408 (one deadline for the whole
+body, which no trickle of bytes can push back), bad compression is 400, malformed JSON
+(including NaN and infinity, which are not JSON) is 422. A client that disconnects is
+recorded as 499 (:func:`~clef_agents.server.errors.client_closed`), and a request whose client
+disconnects while it waits for the model is dropped (:func:`until_disconnected`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ import binascii
 import json
 import time
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
+from typing import Any, TypeVar
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive
 
-from clef_agents.server.errors import HTTPError, ValidationFailed
+from clef_agents.server.errors import HTTPError, ValidationFailed, client_closed
+
+T = TypeVar("T")
 
 _IMAGE_MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "png"),
@@ -37,7 +43,12 @@ def _too_large(cap: int) -> HTTPError:
 
 
 async def read_body(request: Request, cap: int, timeout_s: float) -> bytes:
-    """The raw body, or 413 (over ``cap``) / 408 (not complete within ``timeout_s``)."""
+    """The raw body, or 413 (over ``cap``) / 408 (not complete within ``timeout_s``).
+
+    ``timeout_s`` is one deadline for the whole body, counted from the first read: a
+    client that sends a byte now and then cannot extend it. A client that disconnects
+    mid-body raises the 499 of :func:`~clef_agents.server.errors.client_closed`.
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
@@ -56,6 +67,8 @@ async def read_body(request: Request, cap: int, timeout_s: float) -> bytes:
             chunk = await asyncio.wait_for(stream.__anext__(), remaining)
         except StopAsyncIteration:
             break
+        except ClientDisconnect:
+            raise client_closed("while sending its body") from None
         except asyncio.TimeoutError:
             raise HTTPError(
                 408,
@@ -68,6 +81,35 @@ async def read_body(request: Request, cap: int, timeout_s: float) -> bytes:
             raise _too_large(cap)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Return when the client has gone (the body must have been read already)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def until_disconnected(work: Awaitable[T], request: Request) -> T:
+    """Await ``work``, but cancel it and raise 499 if the client disconnects first.
+
+    Cancelling the wait on a :class:`~clef_agents.server.batcher.MicroBatcher` job drops it
+    from the queue, so a request whose client has gone is never computed.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        raise client_closed("while its request waited for the model")
+    finally:
+        for pending in (task, watcher):
+            if not pending.done():
+                pending.cancel()
+        # Let the cancellations land (and drop the job) before answering.
+        await asyncio.gather(task, watcher, return_exceptions=True)
 
 
 def decompress(body: bytes, encoding: str | None, cap: int) -> bytes:
@@ -92,16 +134,31 @@ def decompress(body: bytes, encoding: str | None, cap: int) -> bytes:
 
 
 def _gunzip(body: bytes, cap: int) -> bytes:
-    decoder = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
-    try:
-        out = decoder.decompress(body, cap + 1)
-    except zlib.error as exc:
-        raise HTTPError(400, "invalid_request_error", f"body is not valid gzip: {exc}") from None
-    if len(out) > cap:
-        raise _too_large(cap)
-    if not decoder.eof:
-        raise HTTPError(400, "invalid_request_error", "body is not valid gzip: truncated stream")
-    return out
+    """Every gzip member in turn (RFC 1952 allows several), within ``cap`` in all."""
+    out: list[bytes] = []
+    size = 0
+    rest = body
+    while True:
+        decoder = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+        try:
+            chunk = decoder.decompress(rest, cap + 1 - size)
+        except zlib.error as exc:
+            raise HTTPError(
+                400, "invalid_request_error", f"body is not valid gzip: {exc}"
+            ) from None
+        size += len(chunk)
+        out.append(chunk)
+        if size > cap:
+            raise _too_large(cap)
+        if not decoder.eof:
+            if decoder.unconsumed_tail:  # stopped at the cap, not at the end of the data
+                raise _too_large(cap)
+            raise HTTPError(
+                400, "invalid_request_error", "body is not valid gzip: truncated stream"
+            )
+        rest = decoder.unused_data
+        if not rest:
+            return b"".join(out)
 
 
 def _unzstd(body: bytes, cap: int) -> bytes:
@@ -110,8 +167,10 @@ def _unzstd(body: bytes, cap: int) -> bytes:
     import zstandard
 
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body))
-        out = reader.read(cap + 1)
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(body), read_across_frames=True
+        )
+        out = _read_up_to(reader, cap + 1)
     except zstandard.ZstdError as exc:
         raise HTTPError(400, "invalid_request_error", f"body is not valid zstd: {exc}") from None
     if len(out) > cap:
@@ -119,6 +178,19 @@ def _unzstd(body: bytes, cap: int) -> bytes:
     if not out and body:
         raise HTTPError(400, "invalid_request_error", "body is not valid zstd: empty frame")
     return out
+
+
+def _read_up_to(reader: Any, limit: int) -> bytes:
+    """Read until EOF or ``limit`` bytes (one ``read`` may stop at a frame boundary)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = reader.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _reject_constant(name: str) -> Any:
@@ -180,6 +252,10 @@ async def parse_multipart(
         for name, value in form.multi_items():
             data = await value.read() if isinstance(value, UploadFile) else value.encode()
             if name == "request":
+                if request_part is not None:
+                    raise ValidationFailed.one(
+                        ["request"], "multipart part 'request' appears twice; send one"
+                    )
                 request_part = data
             elif name in parts:
                 raise ValidationFailed.one([name], f"multipart part {name!r} appears twice")

@@ -36,7 +36,23 @@ class ServerConfig:
     max_body_bytes: int = 8 * 1024 * 1024
     """Cap on a request body, compressed and decompressed (413 above it)."""
     body_timeout_s: float = 10.0
-    """A body that has not fully arrived after this long gets 408."""
+    """A body that has not fully arrived this long after it was first read gets 408: one
+    deadline for the whole body, which a trickle of bytes cannot push back. Requests still
+    receiving their body do not count toward the in-flight limit below."""
+    max_header_bytes: int = 64 * 1024
+    """Cap on a request's line and headers together: 431 and the connection closed above it
+    (``clef-agents serve`` only; the ASGI app itself never sees headers that large)."""
+    header_timeout_s: float = 10.0
+    """A request's line and headers must arrive within this long of the connection opening or
+    of their first byte; otherwise 408 (or, if nothing was sent, the connection is closed)."""
+    keep_alive_timeout_s: float = 5.0
+    """An idle keep-alive connection is closed after this long without a new request."""
+    max_connections: int = 1024
+    """Open connections past which a new one gets 503 + ``Retry-After`` and is closed at once,
+    before it can hold a file descriptor (keep it below ``ulimit -n``)."""
+    metrics_public: bool = False
+    """When ``api_key`` is set, ``GET /metrics`` needs the key too unless this is ``True``
+    (a scraper that cannot send headers). Without a key ``/metrics`` is always open."""
     max_batch_items: int = 256
     """Most states in one ``/v1/systemone/batch`` request."""
     api_key: str | None = None
@@ -46,7 +62,9 @@ class ServerConfig:
     any_model: bool = False
     """Accept any ``model`` name (answers still come from the served model)."""
     drain_timeout_s: float = 30.0
-    """On shutdown, how long in-flight requests may take to finish."""
+    """On shutdown, how long in-flight and queued requests may take to finish; what is
+    still queued or running then gets 503 JSON with ``Retry-After``, and the process exits
+    about a second later."""
     release_date: str = "2026-01-01"
     """Reported by ``GET /v1/models``."""
     extra_headers: dict[str, str] = field(default_factory=dict)
@@ -78,6 +96,16 @@ class ServerConfig:
             raise ValueError(f"max_body_bytes must be >= 1024; got {self.max_body_bytes}")
         if self.body_timeout_s <= 0:
             raise ValueError(f"body_timeout_s must be > 0; got {self.body_timeout_s}")
+        if self.max_header_bytes < 1024:
+            raise ValueError(f"max_header_bytes must be >= 1024; got {self.max_header_bytes}")
+        if self.header_timeout_s <= 0:
+            raise ValueError(f"header_timeout_s must be > 0; got {self.header_timeout_s}")
+        if self.keep_alive_timeout_s <= 0:
+            raise ValueError(f"keep_alive_timeout_s must be > 0; got {self.keep_alive_timeout_s}")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1; got {self.max_connections}")
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must be >= 0; got {self.drain_timeout_s}")
         if self.max_batch_items < 1:
             raise ValueError(f"max_batch_items must be >= 1; got {self.max_batch_items}")
         for name in (

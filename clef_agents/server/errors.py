@@ -34,6 +34,21 @@ class HTTPError(Exception):
         return {"detail": {"error_type": self.error_type, "message": self.message}}
 
 
+CLIENT_CLOSED = 499
+"""Status recorded (nginx's convention) when the client went away before its answer: it is
+counted in ``clef_requests_total{status="499"}``, never as a 5xx; nothing reaches the client."""
+
+
+def client_closed(when: str) -> HTTPError:
+    """The error for a client that disconnected ``when`` (for example "while sending its body")."""
+    return HTTPError(
+        CLIENT_CLOSED,
+        "client_closed_request",
+        f"the client closed the connection {when}",
+        headers={"Connection": "close"},
+    )
+
+
 class ValidationFailed(Exception):
     """A 422 with pydantic-shaped ``detail[]`` entries (``loc`` starts with ``"body"``)."""
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
 import pytest
 
-from clef_agents.server.batcher import FILL_CAP_S, MicroBatcher, Overloaded
+from clef_agents.server.batcher import FILL_CAP_S, MicroBatcher, Overloaded, ShuttingDown
 
 
 class Recorder:
@@ -95,3 +96,48 @@ async def test_a_full_queue_refuses_with_a_retry_hint() -> None:
     assert await busy == ["answer running"]
     assert [await q for q in queued] == [["answer q0"], ["answer q1"]]
     await batcher.stop()
+
+
+async def test_stop_answers_running_and_queued_work_at_its_deadline() -> None:
+    run = Recorder(delay_s=1.0)
+    batcher = MicroBatcher(run, max_batch=1, max_wait_ms=0)
+    await batcher.start()
+    jobs = [asyncio.create_task(batcher.submit([i])) for i in range(3)]
+    while not run.batches:  # item 0 runs, items 1 and 2 wait
+        await asyncio.sleep(0.01)
+    started = time.monotonic()
+    await batcher.stop(0.2)
+    results = await asyncio.wait_for(asyncio.gather(*jobs, return_exceptions=True), 2)
+    assert time.monotonic() - started < 0.6, "nobody waits for the running forward"
+    assert all(isinstance(r, ShuttingDown) for r in results)
+    assert run.batches == [[0]], "the queued items never ran"
+    # The model thread is a daemon: a forward still running cannot hold the process open.
+    assert all(t.daemon for t in threading.enumerate() if t.name == "clef-server-model")
+
+
+async def test_stopping_runs_a_filling_batch_at_once() -> None:
+    run = Recorder()
+    batcher = MicroBatcher(run, max_batch=64, max_wait_ms=5000)
+    await batcher.start()
+    jobs = asyncio.gather(*(batcher.submit([i]) for i in range(2)))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    await batcher.stop(3.0)
+    assert [r for [r] in await jobs] == ["answer 0", "answer 1"]
+    assert time.monotonic() - started < 0.5, "a 5 s filling window is not waited out"
+
+
+async def test_a_cancelled_wait_drops_the_job_from_the_queue() -> None:
+    run = Recorder(delay_s=0.3)
+    batcher = MicroBatcher(run, max_batch=1, max_wait_ms=0)
+    await batcher.start()
+    first = asyncio.create_task(batcher.submit(["first"]))
+    while not run.batches:
+        await asyncio.sleep(0.01)
+    left = asyncio.create_task(batcher.submit(["left"]))
+    await asyncio.sleep(0.05)
+    left.cancel()  # what a disconnected HTTP client's handler does
+    assert await first == ["answer first"]
+    await asyncio.sleep(0.1)
+    await batcher.stop()
+    assert run.batches == [["first"]]

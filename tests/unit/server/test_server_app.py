@@ -385,14 +385,24 @@ async def test_full_queue_sheds_with_503_and_retry_after(
 async def test_requests_past_the_inflight_limit_are_shed_before_their_body(
     make_app: Any, h: Any, tiny_engine: Any
 ) -> None:
-    # max_queue 1 + max_batch 1: a third concurrent request is refused at the door.
-    app = make_app(h.SlowEngine(tiny_engine, 0.3), max_batch=1, max_wait_ms=0, max_queue=1)
+    # max_queue 1 + max_batch 1: with one request running and one queued (both past their
+    # body), the next ones are refused at the door.
+    engine = h.SlowEngine(tiny_engine, 0.5)
+    app = make_app(engine, max_batch=1, max_wait_ms=0, max_queue=1)
+    state = app.state.clef
     async with h.client(app) as c:
-        responses = await _burst(c, h, 6)
+        first = [asyncio.create_task(c.post("/v1/systemone", json=h.valid_request("first")))]
+        while not engine.batches:
+            await asyncio.sleep(0.01)
+        first.append(asyncio.create_task(c.post("/v1/systemone", json=h.valid_request("2nd"))))
+        while state.admitted < 2:
+            await asyncio.sleep(0.01)
+        responses = await _burst(c, h, 4)
+        responses += await asyncio.gather(*first)
         metrics = (await c.get("/metrics")).text
     shed = [r for r in responses if r.status_code == 503]
-    assert any(r.status_code == 200 for r in responses)
-    assert shed, "six concurrent requests against a limit of two must shed some"
+    assert [r.status_code for r in responses[-2:]] == [200, 200]
+    assert len(shed) == 4, "four requests past a limit of two must all be shed"
     for r in shed:
         _assert_overloaded(r)
     # The early refusals leave the body unread, so they close the connection.
