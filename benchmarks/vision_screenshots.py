@@ -100,17 +100,15 @@ def main() -> None:
         boxes = []
         for target in page.targets:
             box = classifier.locate(page.png, target.instructions)
-            cx, cy = target.center
-            hit = box.box is not None and (
-                box.box.left <= cx <= box.box.right and box.box.top <= cy <= box.box.bottom
-            )
+            hit = target.hit(box.box, page.size)  # the box is in fractions of the page
             boxes.append(
                 {
                     "instructions": target.instructions,
                     "hit": hit,
                     "confidence": box.confidence,
                     "target": [round(v, 1) for v in target.box],
-                    "box": None if box.box is None else box.box.model_dump(),
+                    # In pixels, like "target" (the answer itself is in fractions).
+                    "box": None if box.box is None else box.box.to_pixels(*page.size).model_dump(),
                 }
             )
         rows.append(
@@ -135,12 +133,7 @@ def main() -> None:
         hits = []
         for target in page.targets:
             box = classifier.locate(page.png, target.instructions)
-            cx, cy = target.center
-            hits.append(
-                box.box is not None
-                and box.box.left <= cx <= box.box.right
-                and box.box.top <= cy <= box.box.bottom
-            )
+            hits.append(target.hit(box.box, page.size))
         held_rows.append(
             {
                 "page": page.name,

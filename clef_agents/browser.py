@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import require
+from engine.schema.answers import BoxCoords
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -51,6 +53,15 @@ class Target:
     def center(self) -> tuple[float, float]:
         return (self.box[0] + self.box[2]) / 2.0, (self.box[1] + self.box[3]) / 2.0
 
+    def hit(self, box: BoxCoords | None, size: tuple[int, int]) -> bool:
+        """Whether a box answer (fractions of a ``size`` = ``(width, height)`` screenshot)
+        contains this target's centre."""
+        if box is None:
+            return False
+        pixels = box.to_pixels(*size)
+        cx, cy = self.center
+        return pixels.left <= cx <= pixels.right and pixels.top <= cy <= pixels.bottom
+
 
 @dataclass
 class RenderedPage:
@@ -68,6 +79,13 @@ class RenderedPage:
     def label(self) -> str:
         """The page type, from a file name such as ``login--2.html``."""
         return self.path.stem.split("--")[0]
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """``(width, height)`` of the screenshot in pixels, from the PNG header: what a box
+        answer's fractions are fractions of."""
+        width, height = struct.unpack(">II", self.png[16:24])
+        return int(width), int(height)
 
 
 @contextmanager

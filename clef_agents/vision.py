@@ -18,6 +18,7 @@ Example:
     >>> answer = classifier.classify(page)                        # a Playwright Page
     >>> if answer.choice == "login" and answer.probabilities["login"] > 0.8:  # doctest: +SKIP
     ...     box = classifier.locate(page, "the sign-in button").box
+    ...     page.mouse.click(*box.center(1280, 800))  # fractions -> viewport pixels
 """
 
 from __future__ import annotations
@@ -242,7 +243,12 @@ class ScreenshotClassifier:
         return out
 
     def locate(self, screenshot: Any, description: str) -> BoxAnswer:
-        """Where is ``description`` ("the sign-in button")? A box in screenshot pixels."""
+        """Where is ``description`` ("the sign-in button")?
+
+        The box is in fractions (0-1) of the screenshot's height and width, as on the wire;
+        ``answer.box.center(width, height)`` is the point to click, in pixels of a
+        ``width`` x ``height`` screenshot (the viewport, unless ``full_page``).
+        """
         state = as_state(screenshot, full_page=self.full_page)
         answer = self.engine.decide(state, {"box": Box(instructions=description)}).answers["box"]
         assert isinstance(answer, BoxAnswer)

@@ -23,6 +23,7 @@ from clef_agents.vision import ScreenshotClassifier
 PAGES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "pages"
 VISIT = ["cookie_consent--1.html", "login--4.html", "error_page--1.html", "article--1.html"]
 CONFIDENT = 0.5  # below this calibrated probability, a human decides
+VIEWPORT = (1280, 800)  # the screenshot's size: boxes are fractions of it
 
 
 def step(classifier: ScreenshotClassifier, page) -> str:  # type: ignore[no-untyped-def]
@@ -34,12 +35,17 @@ def step(classifier: ScreenshotClassifier, page) -> str:  # type: ignore[no-unty
     if answer.choice == "cookie_consent":
         box = classifier.locate(page, "the accept all cookies button")
         if box.box is not None:
-            x, y = (box.box.left + box.box.right) / 2, (box.box.top + box.box.bottom) / 2
+            x, y = box.box.center(*VIEWPORT)  # fractions of the screenshot -> pixels
             page.mouse.click(x, y)
             return f"cookie wall (p={p:.2f}) -> clicked accept at ({x:.0f}, {y:.0f})"
     if answer.choice == "login":
         box = classifier.locate(page, "the sign-in button")
-        return f"login (p={p:.2f}) -> credentials needed; sign-in button at {box.box}"
+        where = (
+            "not found"
+            if box.box is None
+            else "at ({:.0f}, {:.0f})".format(*box.box.center(*VIEWPORT))
+        )
+        return f"login (p={p:.2f}) -> credentials needed; sign-in button {where}"
     if answer.choice == "error_page":
         return f"error page (p={p:.2f}) -> back off and retry later"
     return f"{answer.choice} (p={p:.2f}) -> continue the task"
@@ -53,7 +59,7 @@ def main() -> int:
     classifier = ScreenshotClassifier()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page = browser.new_page(viewport={"width": VIEWPORT[0], "height": VIEWPORT[1]})
         for name in VISIT:
             page.goto((PAGES / name).as_uri())
             print(f"{name:24s} {step(classifier, page)}")

@@ -17,7 +17,12 @@ evidence, added as logits:
 by hand on synthetic pages (not on the test fixtures) and are not calibrated as a
 probability the way choice answers are; treat the confidence as a ranking score in [0, 1].
 The box is the element's region (a button's or field's rectangle when the layout analysis
-found one, else the text's box), in pixels of the original image.
+found one, else the text's box), as fractions (0-1) of the image's height (``top``,
+``bottom``) and width (``left``, ``right``), as the wire schema defines it;
+:meth:`~engine.schema.answers.BoxCoords.to_pixels` turns it back into pixels.
+
+Without instructions there is nothing to rank candidates by: the answer is the whole
+image (``0, 1, 0, 1``) with ``confidence`` null.
 """
 
 from __future__ import annotations
@@ -124,9 +129,16 @@ def locate(
 ) -> BoxAnswer:
     """The box of the element ``instructions`` describe, over all images of a request.
 
-    With several images the answer carries ``x_image`` (0-based index of the image whose
-    pixels the box is in). No text anywhere gives ``box=None, confidence=None``.
+    The box is in fractions of the image's height and width. With several images the
+    answer carries ``x_image`` (0-based index of the image the box is in). Empty
+    instructions give the whole (first) image with ``confidence=None``; no text anywhere
+    gives ``box=None, confidence=None``.
     """
+    if evidence and not instructions.strip():
+        answer = BoxAnswer(box=BoxCoords(top=0.0, bottom=1.0, left=0.0, right=1.0))
+        if len(evidence) > 1:
+            answer.x_image = 0  # type: ignore[attr-defined]
+        return answer
     candidates = [(i, e) for i, ev in enumerate(evidence) for e in ev.elements]
     if not candidates:
         return BoxAnswer(box=None, confidence=None)
@@ -134,13 +146,28 @@ def locate(
     probs = torch.softmax(logits.double(), dim=0)
     best = int(torch.argmax(probs))
     image, element = candidates[best]
-    left, top, right, bottom = element.region
     answer = BoxAnswer(
-        box=BoxCoords(
-            top=round(top, 1), bottom=round(bottom, 1), left=round(left, 1), right=round(right, 1)
-        ),
+        box=fractions(element.region, evidence[image].width, evidence[image].height),
         confidence=float(probs[best]),
     )
     if len(evidence) > 1:
         answer.x_image = image  # type: ignore[attr-defined]
     return answer
+
+
+def fractions(region: Sequence[float], width: int, height: int) -> BoxCoords:
+    """A pixel region ``(left, top, right, bottom)`` as fractions of the image, in [0, 1].
+
+    Rounded to 5 decimals: a tenth of a pixel on an image 10,000 pixels tall.
+    """
+    left, top, right, bottom = region
+
+    def frac(value: float, size: int) -> float:
+        return round(min(1.0, max(0.0, value / max(1, size))), 5)
+
+    return BoxCoords(
+        top=frac(top, height),
+        bottom=frac(bottom, height),
+        left=frac(left, width),
+        right=frac(right, width),
+    )

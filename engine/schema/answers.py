@@ -79,15 +79,44 @@ class ScoreAnswer(_Answer):
 
 
 class BoxCoords(BaseModel):
+    """A box's edges as fractions (0-1) of the image's height and width, as on the wire.
+
+    Example:
+        >>> box = BoxCoords(top=0.5, bottom=0.625, left=0.25, right=0.5)
+        >>> box.to_pixels(1280, 800)
+        BoxCoords(top=400.0, bottom=500.0, left=320.0, right=640.0)
+        >>> box.center(1280, 800)  # where to click
+        (480.0, 450.0)
+    """
+
     top: float
+    """Top edge, as a fraction of the image height from the top."""
     bottom: float
+    """Bottom edge, as a fraction of the image height from the top."""
     left: float
+    """Left edge, as a fraction of the image width from the left."""
     right: float
+    """Right edge, as a fraction of the image width from the left."""
+
+    def to_pixels(self, width: float, height: float) -> BoxCoords:
+        """The same box in pixels of an image ``width`` x ``height``."""
+        return BoxCoords(
+            top=self.top * height,
+            bottom=self.bottom * height,
+            left=self.left * width,
+            right=self.right * width,
+        )
+
+    def center(self, width: float = 1.0, height: float = 1.0) -> tuple[float, float]:
+        """``(x, y)`` of the box's centre, in pixels of a ``width`` x ``height`` image
+        (in fractions without them)."""
+        return (self.left + self.right) / 2 * width, (self.top + self.bottom) / 2 * height
 
 
 class BoxAnswer(_Answer):
     type: Literal["box"] = "box"
     box: BoxCoords | None
+    """Fractions of the image height and width; ``None`` when the image has no text."""
     confidence: float | None = None
 
     def top_probability(self) -> float:

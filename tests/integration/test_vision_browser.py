@@ -63,10 +63,10 @@ def test_boxes_contain_the_target_centres(classifier, rendered) -> None:
     for page, target in targets:
         answer = classifier.locate(page.png, target.instructions)
         assert answer.box is not None
-        cx, cy = target.center
-        hits.append(
-            answer.box.left <= cx <= answer.box.right and answer.box.top <= cy <= answer.box.bottom
-        )
+        # Fractions of the screenshot, as the wire schema says; the target is in pixels.
+        assert 0.0 <= answer.box.left < answer.box.right <= 1.0
+        assert 0.0 <= answer.box.top < answer.box.bottom <= 1.0
+        hits.append(target.hit(answer.box, page.size))
     assert sum(hits) / len(hits) >= 0.7, ([t.instructions for _, t in targets], hits)
 
 
@@ -111,10 +111,8 @@ def test_async_playwright_page(classifier) -> None:
             await browser.close()
         assert isinstance(state, bytes)
         assert box.box is not None
-        hit = (
-            box.box.left <= target[0] <= box.box.right
-            and box.box.top <= target[1] <= box.box.bottom
-        )
+        pixels = box.box.to_pixels(1280, 800)  # the viewport screenshot's size
+        hit = pixels.left <= target[0] <= pixels.right and pixels.top <= target[1] <= pixels.bottom
         return answer.choice, hit
 
     choice, hit = asyncio.run(run())

@@ -64,9 +64,11 @@ def login_png() -> bytes:
     return png(draw_login())
 
 
-def inside(answer: BoxAnswer, x: float, y: float) -> bool:
+def inside(answer: BoxAnswer, x: float, y: float, size: tuple[int, int] = (1280, 800)) -> bool:
+    """Whether the answer's box (fractions of a ``size`` image) contains pixel ``(x, y)``."""
     assert answer.box is not None
-    return answer.box.left <= x <= answer.box.right and answer.box.top <= y <= answer.box.bottom
+    box = answer.box.to_pixels(*size)
+    return box.left <= x <= box.right and box.top <= y <= box.bottom
 
 
 def test_screenshot_classified_and_button_located(engine, login_png) -> None:
@@ -83,7 +85,11 @@ def test_screenshot_classified_and_button_located(engine, login_png) -> None:
     button = result.answers["button"]
     assert inside(button, (BUTTON[0] + BUTTON[2]) / 2, (BUTTON[1] + BUTTON[3]) / 2)
     # The layout analysis widens the text box to the whole drawn button.
-    assert button.box.left <= BUTTON[0] + 2 and button.box.right >= BUTTON[2] - 2
+    pixels = button.box.to_pixels(1280, 800)
+    assert pixels.left <= BUTTON[0] + 2 and pixels.right >= BUTTON[2] - 2
+    # On the wire, fractions of the image height and width (the SDK's schema).
+    assert button.box.left == pytest.approx(pixels.left / 1280)
+    assert 0.0 <= button.box.top < button.box.bottom <= 1.0
     assert 0.0 < button.confidence <= 1.0
     assert inside(result.answers["email"], 640, 285)
     assert list(result.answers) == ["page", "button", "email"]

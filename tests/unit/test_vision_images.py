@@ -11,17 +11,21 @@ import struct
 import subprocess
 import sys
 import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
 
-from engine import Box, Choice, InvalidRequestError, MissingDependencyError
+from engine import Box, Choice, DecisionRequest, InvalidRequestError, MissingDependencyError
 from engine.backbones.vision import images
 from engine.backbones.vision import requests as vision_requests
-from engine.backbones.vision.images import is_image, open_image
+from engine.backbones.vision.images import ImageRef, is_image, open_image
+from engine.backbones.vision.layout import Element, ImageEvidence
+from engine.backbones.vision.pipeline import VisionPipeline
 from engine.errors import UnsupportedQuestionError
-from engine.schema import image_limits
+from engine.schema import BoxCoords, image_limits
 
 Q = {"page": Choice(instructions="page type", criteria=["login", "article"])}
 
@@ -172,12 +176,114 @@ def test_asset_format_must_match_its_data(tiny_engine) -> None:
     assert err.value.field == f"assets.{key}.format"
 
 
-def test_asset_keys_must_be_placeholders(tiny_engine) -> None:
-    data = base64.b64encode(encoded()).decode()
-    request = _wire({"screenshot": {"type": "image", "format": "png", "data_base64": data}})
-    with pytest.raises(InvalidRequestError) as err:
-        tiny_engine.decide(request)
-    assert err.value.field == "assets.screenshot"
+class StubPipeline(VisionPipeline):
+    """Fixed OCR evidence for every image: a "Sign in" button and an "Email" label."""
+
+    BUTTON = (100.0, 50.0, 300.0, 90.0)
+
+    def evidence(self, refs: Sequence[ImageRef]) -> list[ImageEvidence]:
+        elements = [
+            Element("Sign in", (150.0, 60.0, 250.0, 80.0), self.BUTTON, "button"),
+            Element("Email address", (100.0, 120.0, 250.0, 140.0), (100.0, 120.0, 250.0, 140.0)),
+        ]
+        return [ImageEvidence(r.digest, r.width, r.height, elements) for r in refs]
+
+
+@pytest.fixture()
+def stub_engine(tiny_engine) -> Iterator[Any]:
+    """The tiny engine reading images through :class:`StubPipeline` (no OCR models)."""
+    vision_requests.attach(tiny_engine, StubPipeline())
+    yield tiny_engine
+    tiny_engine.__dict__.pop("_vision_pipeline", None)
+
+
+def _asset(size: tuple[int, int] = (400, 200)) -> dict[str, str]:
+    data = base64.b64encode(encoded(size=size)).decode()
+    return {"type": "image", "format": "png", "data_base64": data}
+
+
+@pytest.mark.parametrize(
+    "key", ["screen", "3f2b8c1e-7a4d-4e6b-9c0a-1d2e3f4a5b6c", "<image:" + "ab" * 16 + ">", "x y"]
+)
+def test_any_asset_key_is_a_placeholder(stub_engine, key: str) -> None:
+    request = DecisionRequest.parse(
+        {
+            "state": {"task": "log in", "screen": f"current page: {key}"},
+            "questions": {
+                "page": Q["page"].model_dump(),
+                "where": {"type": "box", "instructions": f"the sign-in button in {key}"},
+            },
+            "assets": {key: _asset()},
+        }
+    )
+    text = vision_requests.state_text(stub_engine, request)
+    # The image's text stands where the key was, once; the object key "screen" stays.
+    assert "current page: [image 400x200]\nSign in" in text
+    assert key not in text.replace("screen: current", "")
+    answer = stub_engine.decide(request).answers["where"]
+    assert answer.box == BoxCoords(top=0.25, bottom=0.45, left=0.25, right=0.75)
+
+
+def test_longer_asset_keys_match_first(stub_engine) -> None:
+    request = DecisionRequest.parse(
+        {
+            "state": "first screen then screen-2",
+            "questions": Q,
+            "assets": {"screen": _asset((400, 200)), "screen-2": _asset((200, 100))},
+        }
+    )
+    text = vision_requests.state_text(stub_engine, request)
+    assert text.startswith("first [image 400x200]")
+    assert "then [image 200x100]" in text
+
+
+def test_unreferenced_asset_is_appended_to_the_state(stub_engine) -> None:
+    request = DecisionRequest.parse(
+        {"state": "what is on the page?", "questions": Q, "assets": {"shot-1": _asset()}}
+    )
+    text = vision_requests.state_text(stub_engine, request)
+    assert text.startswith("what is on the page?\n\n[image 400x200]")
+
+
+@pytest.mark.parametrize(
+    ("assets", "match"),
+    [
+        ({"": {}}, "non-empty"),
+        ({"   ": {}}, "non-empty"),
+        ({"k" * (image_limits.MAX_ASSET_KEY_CHARS + 1): {}}, "257 characters; the limit is 256"),
+        ({f"a{i}": {} for i in range(image_limits.MAX_IMAGES + 1)}, "17 assets; the limit is 16"),
+        ({"screen \ud800": {}}, "lone surrogate"),
+    ],
+)
+def test_asset_key_limits(assets: dict[str, Any], match: str) -> None:
+    data = {k: _asset((4, 4)) for k in assets}
+    with pytest.raises(InvalidRequestError, match=match) as err:
+        DecisionRequest.parse({"state": "x", "questions": Q, "assets": data})
+    assert err.value.field == "assets"
+
+
+def test_box_is_in_fractions_of_the_image(stub_engine) -> None:
+    answer = stub_engine.decide(encoded(size=(400, 200)), {"b": Box(instructions="sign in")})
+    box = answer.answers["b"].box
+    # The region (100, 50, 300, 90) px of a 400 x 200 image.
+    assert box == BoxCoords(top=0.25, bottom=0.45, left=0.25, right=0.75)
+    assert box.to_pixels(400, 200) == BoxCoords(top=50, bottom=90, left=100, right=300)
+    assert box.center(400, 200) == (200.0, 70.0)
+
+
+def test_box_without_instructions(stub_engine) -> None:
+    image = encoded(size=(400, 200))
+    only_image = stub_engine.decide(image, {"b": {"type": "box"}}).answers["b"]
+    assert only_image.box == BoxCoords(top=0.0, bottom=1.0, left=0.0, right=1.0)
+    assert only_image.confidence is None
+    # The state's own text says what to locate.
+    asked = stub_engine.decide(
+        {"find": "the sign in button", "screen": "<image:" + "c" * 32 + ">"},
+        {"b": Box()},
+        assets={"<image:" + "c" * 32 + ">": _asset()},
+    ).answers["b"]
+    assert asked.box == BoxCoords(top=0.25, bottom=0.45, left=0.25, right=0.75)
+    assert asked.confidence is not None
 
 
 def test_placeholder_without_asset(tiny_engine) -> None:

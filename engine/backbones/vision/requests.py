@@ -3,8 +3,10 @@
 This is the seam between :class:`~engine.runtime.engine.DecisionEngine` and the vision
 pipeline. An image may be the whole state (a PIL image, bytes, a path, a base64 string or
 a data URL), sit anywhere inside a JSON state or a chat message's content parts, or be a
-wire ``asset`` referenced by an ``<image:32 hex>`` placeholder in the state, the
-instructions or the criteria. Every image becomes OCR evidence; the state is rendered with
+wire ``asset``, referenced by its key (an opaque placeholder the caller chose: the SDK's
+``<image:32 hex>``, a UUID, an alias such as ``screen``) wherever that key occurs as or
+inside a string of the state, the instructions or the criteria. Every image becomes OCR
+evidence; the state is rendered with
 each image replaced by its text (reading order plus a layout summary), and scored by the
 same engine path as any text state. ``box`` questions are answered from the evidence by
 :mod:`engine.heads.box`, and an optional CLIP/SigLIP encoder is fused in (see
@@ -34,7 +36,6 @@ from engine.schema.request import IMAGE_PLACEHOLDER, DecisionRequest
 if TYPE_CHECKING:
     from engine.runtime.engine import DecisionEngine, Scored
 
-_HEX32 = re.compile(r"[0-9a-fA-F]{32}")
 _PART_KEYS = ("image_url", "image", "url", "data", "source", "base64", "image_base64")
 
 
@@ -52,7 +53,7 @@ class VisualRequest:
     Attributes:
         refs: State images in the order met, then assets in key order.
         template: The state with every image replaced by a :class:`_Slot`.
-        assets: Canonical placeholder (``<image:hex>``, lower case) → index into ``refs``.
+        assets: Asset key, exactly as the request gave it → index into ``refs``.
         evidence: OCR evidence per ref (filled by :func:`read`).
     """
 
@@ -63,6 +64,30 @@ class VisualRequest:
     evidence: list[ImageEvidence] = field(default_factory=list)
     text: str | None = None
 
+    def __post_init__(self) -> None:
+        self.keys = _KeyMatcher(self.assets)
+
+
+class _KeyMatcher:
+    """Finds asset keys inside strings by exact match.
+
+    Longer keys are tried first, so that with the keys ``screen`` and ``screen-2`` the
+    text ``screen-2`` is the second image. The SDK's reference form ``<image:32 hex>`` is
+    matched even when it is no key, so that a reference whose asset is missing is an error
+    rather than text.
+    """
+
+    def __init__(self, keys: Mapping[str, int]) -> None:
+        alternatives = [re.escape(k) for k in sorted(keys, key=lambda k: (-len(k), k))]
+        alternatives.append(IMAGE_PLACEHOLDER.pattern)
+        self.pattern = re.compile("|".join(alternatives))
+
+    def found(self, text: str) -> list[str]:
+        return [m.group(0) for m in self.pattern.finditer(text)]
+
+    def sub(self, replace: Any, text: str) -> str:
+        return self.pattern.sub(replace, text)
+
 
 def _contains(value: Any, top: bool, depth: int = 0, paths: bool = True) -> bool:
     if depth > 64:
@@ -70,6 +95,7 @@ def _contains(value: Any, top: bool, depth: int = 0, paths: bool = True) -> bool
     if is_image(value, top_level=top, allow_paths=paths):
         return True
     if isinstance(value, str):
+        # Only the SDK's reference form is looked for: other keys come with ``assets``.
         return "<image:" in value and IMAGE_PLACEHOLDER.search(value) is not None
     if isinstance(value, Mapping):
         return any(_contains(v, False, depth + 1, paths) for v in value.values())
@@ -81,17 +107,6 @@ def _contains(value: Any, top: bool, depth: int = 0, paths: bool = True) -> bool
 def has_images(request: DecisionRequest) -> bool:
     """Whether a request carries images (state images, assets or placeholders)."""
     return bool(request.assets) or _contains(request.state, True, paths=request.allow_paths)
-
-
-def _canonical_key(key: str) -> str:
-    if IMAGE_PLACEHOLDER.fullmatch(key):
-        return key.lower()
-    if _HEX32.fullmatch(key):
-        return f"<image:{key.lower()}>"
-    raise InvalidRequestError(
-        "asset keys must be image placeholders: '<image:' + 32 hex digits + '>'",
-        field=f"assets.{key}",
-    )
 
 
 def _part_image(part: Mapping[str, Any], paths: bool = True) -> Any:
@@ -141,7 +156,6 @@ def collect(request: DecisionRequest) -> VisualRequest:
     n_state = len(collector.refs)
     assets: dict[str, int] = {}
     for key, asset in (request.assets or {}).items():
-        canonical = _canonical_key(key)
         if len(collector.refs) >= MAX_IMAGES:
             raise InvalidRequestError(
                 f"{n_state + len(request.assets or {})} images in one request; the limit is "
@@ -156,7 +170,7 @@ def collect(request: DecisionRequest) -> VisualRequest:
             raw = decode_base64(data, f"assets.{key}.data_base64")
             ref = from_bytes(raw, f"assets.{key}", declared=asset.format)
         collector.refs.append(ref)
-        assets[canonical] = len(collector.refs) - 1
+        assets[key] = len(collector.refs) - 1
     total = sum(r.pixels for r in collector.refs)
     if total > MAX_TOTAL_PIXELS:
         raise InvalidRequestError(
@@ -169,13 +183,13 @@ def collect(request: DecisionRequest) -> VisualRequest:
 
 def _placeholders(text: str, visual: VisualRequest, where: str, inline: bool) -> str:
     def replace(match: re.Match[str]) -> str:
-        index = visual.assets.get(match.group(0).lower())
+        index = visual.assets.get(match.group(0))
         if index is None:
             raise InvalidRequestError(f"{match.group(0)} has no entry in assets", field=where)
         evidence = visual.evidence[index]
         return evidence.inline() if inline else evidence.text("image")
 
-    return IMAGE_PLACEHOLDER.sub(replace, text)
+    return visual.keys.sub(replace, text)
 
 
 def _fill(value: Any, visual: VisualRequest, where: str, inline: bool) -> Any:
@@ -184,7 +198,7 @@ def _fill(value: Any, visual: VisualRequest, where: str, inline: bool) -> Any:
         evidence = visual.evidence[value.index]
         return evidence.inline() if inline else evidence.text(label)
     if isinstance(value, str):
-        return _placeholders(value, visual, where, inline) if "<image:" in value else value
+        return _placeholders(value, visual, where, inline)
     if isinstance(value, Mapping):
         return {k: _fill(v, visual, f"{where}.{k}", inline) for k, v in value.items()}
     if isinstance(value, list):
@@ -192,15 +206,21 @@ def _fill(value: Any, visual: VisualRequest, where: str, inline: bool) -> Any:
     return value
 
 
-def _referenced(value: Any, out: set[str]) -> None:
+def _referenced(value: Any, keys: _KeyMatcher, out: set[str]) -> None:
     if isinstance(value, str):
-        out.update(m.group(0).lower() for m in IMAGE_PLACEHOLDER.finditer(value))
+        out.update(keys.found(value))
     elif isinstance(value, Mapping):
         for v in value.values():
-            _referenced(v, out)
+            _referenced(v, keys, out)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            _referenced(v, out)
+            _referenced(v, keys, out)
+
+
+def _question_text(question: Any) -> dict[str, Any]:
+    """The parts of a question an asset key may occur in: instructions and criteria."""
+    dumped = question.model_dump(mode="python")
+    return {k: dumped[k] for k in ("instructions", "criteria") if dumped.get(k) is not None}
 
 
 def pipeline_for(engine: DecisionEngine) -> VisionPipeline:
@@ -236,9 +256,9 @@ def visual(engine: DecisionEngine, request: DecisionRequest) -> VisualRequest:
     filled = _fill(result.template, result, "state", inline=False)
     text = render_value(filled, "state")
     referenced: set[str] = set()
-    _referenced(request.state, referenced)
+    _referenced(request.state, result.keys, referenced)
     for question in request.questions.values():
-        _referenced(question.model_dump(mode="python"), referenced)
+        _referenced(_question_text(question), result.keys, referenced)
     extra = [
         result.evidence[i].text("image")
         for key, i in result.assets.items()
@@ -261,19 +281,46 @@ def state_text(engine: DecisionEngine, request: DecisionRequest) -> str:
 
 
 def resolve_questions(request: DecisionRequest, vis: VisualRequest) -> DecisionRequest:
-    """``request`` with ``<image:...>`` placeholders in questions replaced by image text."""
+    """``request`` with asset keys in its questions replaced by the images' text."""
     changed = {}
     for qid, question in request.questions.items():
-        dumped = question.model_dump(mode="python")
+        # Keys are looked for in instructions and criteria only, never in ``type``.
+        dumped = _question_text(question)
         found: set[str] = set()
-        _referenced(dumped, found)
+        _referenced(dumped, vis.keys, found)
         if not found:
             continue
         filled = _fill(dumped, vis, f"questions.{qid}", inline=True)
-        changed[qid] = type(question).model_validate(filled)
+        changed[qid] = type(question).model_validate({**question.model_dump(), **filled})
     if not changed:
         return request
     return request.model_copy(update={"questions": {**request.questions, **changed}})
+
+
+def text_beside_images(vis: VisualRequest) -> str:
+    """The state's own strings with its images and asset keys left out.
+
+    What a ``box`` question without instructions locates: ``{"task": "the sign-in
+    button", "screen": "<key>"}`` asks for the sign-in button. Object keys and message
+    roles are left out; they name fields, not things on screen.
+    """
+    out: list[str] = []
+
+    def walk(value: Any, depth: int) -> None:
+        if depth > 64:
+            return
+        if isinstance(value, str):
+            out.append(vis.keys.sub("", value) if vis.assets else value)
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                if key not in ("role", "type"):
+                    walk(item, depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item, depth + 1)
+
+    walk(vis.template, 0)
+    return " ".join(" ".join(out).split())
 
 
 def fuse(p_text: torch.Tensor, p_image: torch.Tensor, weight: float) -> torch.Tensor:
@@ -325,7 +372,8 @@ def score_requests(
                     raise InvalidRequestError(
                         "box questions need an image in the state", field=f"questions.{qid}"
                     )
-                answers[qid] = locate(engine, question.instructions_text(), vis.evidence)
+                what = question.instructions_text().strip() or text_beside_images(vis)
+                answers[qid] = locate(engine, what, vis.evidence)
         box_answers.append(answers)
         rest = {q: v for q, v in request.questions.items() if q not in answers}
         if rest:
