@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import json
 import logging
 import re
 import time
@@ -153,8 +154,15 @@ class ServerState:
 
 
 def _json(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Response:
+    try:
+        content = dumps(body)
+    except UnicodeEncodeError:
+        # A lone surrogate echoed from the request (an object key in an error's loc) has no
+        # UTF-8 form: send it as a \ud800 escape rather than fail with a 500.
+        text = json.dumps(body, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+        content = text.encode()
     return Response(
-        dumps(body), status_code=status, headers=dict(headers or {}), media_type="application/json"
+        content, status_code=status, headers=dict(headers or {}), media_type="application/json"
     )
 
 
@@ -444,8 +452,8 @@ def create_app(
                 good.append((i, decision))
             except InvalidRequestError as exc:
                 slots[i] = ValidationFailed.from_engine(exc, ("states", i))
-            except (HTTPError, ValidationFailed) as error:
-                slots[i] = error
+            except (HTTPError, ValidationFailed) as refused:
+                slots[i] = refused
         await state.ensure_started()
         answered = (
             await until_disconnected(state.batcher.submit([r for _, r in good]), request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -393,3 +394,18 @@ async def test_an_empty_state_is_422(make_app: Any, h: Any, state: Any) -> None:
         r = await c.post("/v1/systemone", json=_request(state))
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"][:2] == ["body", "state"]
+
+
+async def test_a_lone_surrogate_echoed_in_an_error_is_still_a_422(make_app: Any, h: Any) -> None:
+    # The multipart/asset pre-check names the asset key in its loc; a lone surrogate there
+    # has no UTF-8 form and used to fail the response encoder with a 500.
+    body = _request("look at this")
+    body["assets"] = {"\ud800": {"type": "image", "format": "png", "data_base64": "data:x,!!"}}
+    async with h.client(make_app()) as c:
+        r = await c.post(
+            "/v1/systemone",
+            content=json.dumps(body).encode(),  # ensure_ascii: the key travels as \\ud800
+            headers={"Content-Type": "application/json"},
+        )
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][:2] == ["body", "assets"]
