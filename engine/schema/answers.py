@@ -113,6 +113,10 @@ class BoxCoords(BaseModel):
         return (self.left + self.right) / 2 * width, (self.top + self.bottom) / 2 * height
 
 
+WHOLE_IMAGE = BoxCoords(top=0.0, bottom=1.0, left=0.0, right=1.0)
+"""The box that covers the whole image."""
+
+
 class BoxAnswer(_Answer):
     type: Literal["box"] = "box"
     box: BoxCoords | None
@@ -121,6 +125,23 @@ class BoxAnswer(_Answer):
 
     def top_probability(self) -> float:
         return 0.0 if self.confidence is None else self.confidence
+
+    def to_wire(self) -> dict[str, Any]:
+        """The answer as the wire schema has it: ``box`` and ``confidence`` always present.
+
+        The schema (typesafe-sdk's ``BoxAnswer``) requires both; ``confidence`` may be null,
+        ``box`` may not. So a box that was not found (``box=None``) goes out as the whole
+        image with ``confidence: null`` and ``x_found: false``, and a null confidence is
+        sent as ``null`` instead of being left out.
+        """
+        extras = self.model_dump(
+            mode="json", exclude_none=True, exclude={"type", "box", "confidence"}
+        )
+        box = (self.box or WHOLE_IMAGE).model_dump(mode="json")
+        wire = {"type": "box", "box": box, "confidence": self.confidence, **extras}
+        if self.box is None:
+            wire["x_found"] = False
+        return wire
 
 
 Answer = ChoiceAnswer | NoulAnswer | ScoreAnswer | BoxAnswer
@@ -151,8 +172,13 @@ class DecisionResult(BaseModel):
     """Per question, the calibrated probability of the answer given."""
 
     def to_wire(self) -> dict[str, Any]:
-        """The exact JSON object the HTTP API returns (``None`` extensions left out)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The exact JSON object the HTTP API returns (``None`` extensions left out; a box
+        answer always has ``box`` and ``confidence``, see :meth:`BoxAnswer.to_wire`)."""
+        wire = self.model_dump(mode="json", exclude_none=True)
+        for qid, answer in self.answers.items():
+            if isinstance(answer, BoxAnswer):
+                wire["answers"][qid] = answer.to_wire()
+        return wire
 
     def __getitem__(self, question_id: str) -> Answer:
         return self.answers[question_id]

@@ -105,3 +105,57 @@ async def test_lone_surrogate_over_http_is_422(app: Any) -> None:
         ("body", "questions", "q", "criteria"),
     }
     assert all("lone surrogate" in d["msg"] for d in detail)
+
+
+class BlankPipeline(VisionPipeline):
+    """Every image is blank: no text, so a box question finds nothing."""
+
+    def evidence(self, refs: Sequence[ImageRef]) -> list[ImageEvidence]:
+        return [ImageEvidence(r.digest, r.width, r.height, []) for r in refs]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"box": None, "confidence": None},
+        {"box": {"top": 0.0, "bottom": 1.0, "left": 0.0, "right": 1.0}, "confidence": None},
+        {"box": {"top": 0.1, "bottom": 0.2, "left": 0.3, "right": 0.4}, "confidence": 0.5},
+    ],
+    ids=["not-found", "null-confidence", "found"],
+)
+def test_every_box_answer_parses_with_the_sdks_own_model(answer: dict[str, Any]) -> None:
+    from typesafe_sdk._core.response_types import SystemOneResponse
+
+    from engine.schema.answers import BoxAnswer, DecisionResult
+
+    result = DecisionResult(model="clef", answers={"b": BoxAnswer(**answer)})
+    wire = result.to_wire()["answers"]["b"]
+    # The schema requires both keys; only confidence may be null.
+    assert wire["box"] is not None and "confidence" in wire
+    parsed = SystemOneResponse.model_validate(result.to_wire()).answers["b"]
+    assert parsed.confidence == answer["confidence"]
+    expected = answer["box"] or {"top": 0.0, "bottom": 1.0, "left": 0.0, "right": 1.0}
+    assert parsed.box.model_dump() == expected
+    assert wire.get("x_found", True) is (answer["box"] is not None)
+    assert result.answers["b"].box == (answer["box"] and BoxAnswer(**answer).box)
+
+
+async def test_sdk_box_on_an_image_without_text(tiny_engine: Any) -> None:
+    from clef_agents.server import ServerConfig, create_app
+
+    vision_requests.attach(tiny_engine, BlankPipeline())
+    try:
+        async with _client(create_app(tiny_engine, ServerConfig())) as client:
+            response = await client.system_one(
+                state="screen",
+                questions={"button": sdk.Box(instructions="the sign-in button"), "any": sdk.Box()},
+                assets={"screen": _screenshot()},
+            )
+    finally:
+        tiny_engine.__dict__.pop("_vision_pipeline", None)
+    for name in ("button", "any"):  # nothing to find; the whole image, no confidence
+        box = response.boxes[name].box
+        assert (box.top, box.bottom, box.left, box.right) == (0.0, 1.0, 0.0, 1.0)
+        assert response.boxes[name].confidence is None
+    raw = response.raw_http_response.json()["answers"]
+    assert raw["button"]["x_found"] is False and "x_found" not in raw["any"]
