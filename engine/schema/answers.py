@@ -163,7 +163,9 @@ class DecisionResult(BaseModel):
     x_model_version: str | None = None
     """Which weights and calibration produced the answers."""
     x_source: Source = "model"
-    """``model``, ``rules`` (a fallback rule answered) or ``default``."""
+    """``model``, ``rules`` (a fallback rule answered) or ``default``. Which head of the
+    model answered is per answer: a fine-tuned model tags each answer ``x_head``
+    (``trained``, or ``zero_shot`` for a question its head was not trained on)."""
     x_latency_ms: float | None = None
     """Wall time spent in the engine for this request (batch time shared evenly)."""
     x_windows: int = 1

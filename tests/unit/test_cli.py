@@ -517,9 +517,13 @@ def test_answers_say_which_head_gave_them(capsys, finetuned):
     argv = ["decide", "refund my money", "--model", model, "--choice", "label=billing,sales,tech"]
     code, out, _ = _run(capsys, *argv, "--noul", "angry=Is it angry?", "--json")
     assert code == 0
-    answers = json.loads(out)["answers"]
+    wire = json.loads(out)
+    answers = wire["answers"]
     assert answers["label"]["x_head"] == "trained"
     assert answers["angry"]["x_head"] == "zero_shot"
+    # The model (not a rule) answered both: x_source stays "model"; x_head tells the heads
+    # apart (docs/server.md, docs/finetune.md).
+    assert wire["x_source"] == "model"
     code, out, _ = _run(capsys, *argv, "--noul", "angry=Is it angry?")
     assert code == 0
     assert "angry: P(yes)" in out and "[zero-shot: not a trained question]" in out
