@@ -115,6 +115,8 @@ class GeneralTrainer:
         self.brier_weight = brier_weight
         self.seed = seed
         self.step = 0
+        self.seconds = 0.0
+        """Training time over every resumed part of the run."""
 
     # -- forward -------------------------------------------------------------------------
 
@@ -201,6 +203,7 @@ class GeneralTrainer:
             if max_minutes is not None and time.monotonic() - started > 60 * max_minutes:
                 log.info("time budget reached at step %d", self.step)
                 break
+            tick = time.monotonic()
             items = self.batch(sampler)
             for g, base in zip(self.optimizer.param_groups, bases, strict=True):
                 g["lr"] = base * rate(self.step)
@@ -212,6 +215,7 @@ class GeneralTrainer:
             for g, base in zip(self.optimizer.param_groups, bases, strict=True):
                 g["lr"] = base  # the stored base rates stay what the run was started with
             self.step += 1
+            self.seconds += time.monotonic() - tick
             recent.append((float(loss.detach()), acc))
             if self.step % 20 == 0:
                 n = len(recent)
@@ -229,7 +233,7 @@ class GeneralTrainer:
         if checkpoint is not None:
             self.save_checkpoint(checkpoint)
         self.model.eval()
-        return {"steps": self.step, "seconds": round(time.monotonic() - started, 1)}
+        return {"steps": self.step, "seconds": round(self.seconds, 1)}
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -246,7 +250,12 @@ class GeneralTrainer:
         tmp = directory / "state.safetensors.tmp"
         save_file(tensors, str(tmp))
         tmp.replace(directory / "state.safetensors")
-        meta = {"step": self.step, "seed": self.seed, "groups": opt["param_groups"]}
+        meta = {
+            "step": self.step,
+            "seed": self.seed,
+            "seconds": round(self.seconds, 1),
+            "groups": opt["param_groups"],
+        }
         (directory / "meta.json").write_text(json.dumps(meta))
 
     def load_checkpoint(self, directory: Path) -> None:
@@ -264,6 +273,7 @@ class GeneralTrainer:
                 state.setdefault(int(pid), {})[name] = v.to(self.device)
         self.optimizer.load_state_dict({"state": state, "param_groups": meta["groups"]})
         self.step = int(meta["step"])
+        self.seconds = float(meta.get("seconds", 0.0))
 
     def _named(self) -> list[tuple[str, torch.nn.Parameter]]:
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
@@ -273,9 +283,15 @@ class GeneralTrainer:
 
     def save_adapter(self, directory: Path) -> None:
         """``directory/adapter/`` in peft's format (what the engine merges at load)."""
-        self.model.save_pretrained(str(directory / "adapter"))
-        for extra in ("README.md",):
-            (directory / "adapter" / extra).unlink(missing_ok=True)
+        from engine.backbones import PACKAGED
+
+        adapter = directory / "adapter"
+        self.model.save_pretrained(str(adapter))
+        (adapter / "README.md").unlink(missing_ok=True)
+        # peft records the base model's local path; the packaged model's name is portable.
+        config = json.loads((adapter / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = PACKAGED
+        (adapter / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def raw_logits(engine: Any, items: Sequence[Item], batch: int = 64) -> list[torch.Tensor]:

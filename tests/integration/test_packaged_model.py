@@ -63,7 +63,8 @@ def test_ten_shot_prototypes_keep_a_cross_fitted_memory(engine, banking77_dir, i
     assert 0 < memory.settings.lam <= 1
     state = CLEAR_ROWS[0][0]
     answer = engine.decide(state, {"intent": question}).answers["intent"]
-    pooled = engine.backbone.encode([state]).pooled.float()
+    # Options taught by examples are fitted on the bare model's vectors (examples_engine).
+    pooled = engine.examples_engine().backbone.encode([state]).pooled.float()
     alone = torch.softmax(prepared.classifier.logits(pooled).double(), -1)
     mixed = memory.mix(alone, pooled, prepared.names)[0]
     got = torch.tensor([answer.probabilities[n] for n in prepared.names], dtype=torch.float64)

@@ -1,0 +1,153 @@
+"""The general decision model shipped in the package (the default engine), end to end.
+
+These assert the answers the README, the quickstart and the noul suite advertise; the
+bare similarity scorer of earlier releases got the crash report (billing at 73 %), the
+refund request (urgent at 0.11) and the angry customer (0.14) wrong, and 9 of the noul
+suite's 20 clearest cases right.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine import Choice, DecisionEngine, Noul, Score
+from engine.runtime.general import GENERAL_DIR
+
+pytestmark = pytest.mark.integration
+
+SUITE = Path(__file__).resolve().parent.parent / "data" / "noul_suite.jsonl"
+
+
+def _suite(clearest: bool) -> list[dict]:
+    cases = [json.loads(line) for line in SUITE.read_text().splitlines() if line.strip()]
+    return [c for c in cases if c.get("clearest")] if clearest else cases
+
+
+def test_the_default_engine_is_the_packaged_general_model(engine):
+    config = json.loads((GENERAL_DIR / "config.json").read_text())
+    assert engine.model_name == config["model_name"]
+    assert engine.head.prompted
+    assert engine.model_version.startswith(config["model_name"] + "@")
+    similarity = DecisionEngine(scorer="similarity", warmup=False)
+    assert not similarity.head.prompted
+    assert similarity.model_version != engine.model_version
+    with pytest.raises(ValueError, match="scorer"):
+        DecisionEngine(scorer="cosine")
+
+
+def test_the_adapter_fits_the_size_budget():
+    total = sum(p.stat().st_size for p in GENERAL_DIR.rglob("*") if p.is_file())
+    assert total <= 20 * 2**20
+
+
+def _wrong(engine, cases: list[dict]) -> list[tuple[str, float]]:
+    results = [engine.decide(c["state"], {"q": Noul(instructions=c["question"])}) for c in cases]
+    return [
+        (c["id"], round(r.answers["q"].noul, 3))
+        for c, r in zip(cases, results)
+        if (r.answers["q"].noul > 0.5) != c["answer"]
+    ]
+
+
+def test_clearest_noul_suite_cases(engine):
+    """The general model answered 17 of the 20 clearest cases (the similarity scorer 9);
+    at most 4 wrong leaves room for float noise at the 0.5 line, not for a regression."""
+    cases = _suite(clearest=True)
+    assert len(cases) == 20
+    assert len(_wrong(engine, cases)) <= 4
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 31 target, not met: 17 of 20 (urgency-09, spam-01, relevance-09)"
+)
+def test_every_clearest_noul_suite_case(engine):
+    assert _wrong(engine, _suite(clearest=True)) == []
+
+
+def test_readme_python_example(engine):
+    result = engine.decide(
+        {"customer": "Ana", "message": "I was charged twice for my card payment!"},
+        {
+            "route": Choice(
+                instructions="Which team handles this?",
+                criteria={
+                    "billing": "payments, refunds, charges",
+                    "technical": "app errors, login problems",
+                    "sales": "pricing, upgrades",
+                },
+            ),
+            "angry": Noul(instructions="Is the customer upset?"),
+            "urgency": Score(instructions="How urgent is it?", criteria=["low", "medium", "high"]),
+        },
+    )
+    assert result.answers["route"].choice == "billing"
+    assert result.answers["angry"].noul > 0.5
+
+
+def test_readme_cli_example_routes_a_crash_to_technical(engine):
+    team = Choice(instructions=None, criteria=dict.fromkeys(["billing", "technical", "sales"]))
+    bug = Noul(instructions="Is this a bug report?")
+    result = engine.decide("the app crashes on login", {"team": team, "bug": bug})
+    assert result.answers["team"].choice == "technical"
+    assert result.answers["bug"].noul > 0.5
+
+
+def test_quickstart_refund_request_is_urgent(engine):
+    urgent = Noul(
+        instructions="Is the customer asking for urgent help?",
+        criteria={"true": "urgent, asap, immediately, right now"},
+    )
+    hot = engine.decide("I was charged twice, refund me right now!", {"q": urgent})
+    calm = engine.decide("Can we get a demo of the team plan?", {"q": urgent})
+    assert hot.answers["q"].noul > 0.5 > calm.answers["q"].noul
+
+
+def test_int8_keeps_the_general_models_answers(engine):
+    int8 = DecisionEngine(quantize="int8")
+    assert int8.head.prompted
+    assert (
+        int8.calibrator.to_dict()
+        == json.loads((GENERAL_DIR / "config.json").read_text())["calibration_int8"]
+    )
+    cases = _suite(clearest=False)
+    agree = 0
+    for c in cases:
+        question = {"q": Noul(instructions=c["question"])}
+        fp32 = engine.decide(c["state"], question).answers["q"].noul
+        agree += (int8.decide(c["state"], question).answers["q"].noul > 0.5) == (fp32 > 0.5)
+    assert agree >= 0.95 * len(cases)
+
+
+def test_options_taught_by_examples_use_the_bare_models_vectors(engine):
+    """Examples are fitted on the similarity scorer's vectors (87.6 % against 85.1 % on
+    10-shot BANKING77); a request mixing both kinds of question gets both answers."""
+    taught = Choice(
+        instructions="Route the message",
+        criteria={
+            "refund": {
+                "description": "money back",
+                "examples": ["I want my money back", "refund please"],
+            },
+            "bug": {
+                "description": "the app fails",
+                "examples": ["the app crashed", "error 500 on save"],
+            },
+        },
+    )
+    plain = Noul(instructions="Is the customer upset?")
+    state = "this is the third time the app crashed, I want a refund"
+    mixed = engine.decide(state, {"taught": taught, "plain": plain})
+    similarity = engine.examples_engine()
+    assert similarity is not engine and not similarity.head.prompted
+    alone = similarity.decide(state, {"taught": taught})
+    assert mixed.answers["taught"].probabilities == pytest.approx(
+        alone.answers["taught"].probabilities
+    )
+    general = engine.decide(state, {"plain": plain})
+    assert mixed.answers["plain"].noul == pytest.approx(general.answers["plain"].noul, abs=1e-6)
+    assert engine.prepare_question(taught) is similarity.prepare_question(taught)
+    batch = engine.decide_batch([state, "refund please"], {"taught": taught, "plain": plain})
+    assert [r.answers["taught"].choice for r in batch] == [mixed.answers["taught"].choice, "refund"]
