@@ -110,6 +110,27 @@ def latency(engine: DecisionEngine, n: int = 200) -> dict[str, float]:
     return percentiles(times)
 
 
+def latency_ab(rounds: int = 5, n: int = 100) -> dict[str, Any]:
+    """The general model against the similarity scorer, fp32 and int8, measured in
+    alternating rounds in one process, so both see the same machine state."""
+    engines = {
+        f"{scorer}_{mode}": DecisionEngine(scorer=scorer, quantize=quant)
+        for scorer in ("general", "similarity")
+        for mode, quant in (("fp32", None), ("int8", "int8"))
+    }
+    times: dict[str, list[float]] = {k: [] for k in engines}
+    for _ in range(rounds):
+        for name, engine in engines.items():
+            lat = latency(engine, n)
+            times[name].append(lat["p50_ms"])
+    out: dict[str, Any] = {k: {"p50_ms_per_round": v, "p50_ms_median": float(np.median(v))}
+                           for k, v in times.items()}  # fmt: skip
+    for mode in ("fp32", "int8"):
+        ratio = out[f"general_{mode}"]["p50_ms_median"] / out[f"similarity_{mode}"]["p50_ms_median"]
+        out[f"ratio_{mode}"] = round(ratio, 3)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", default="default", help="section of the results JSON")
@@ -121,7 +142,15 @@ def main() -> None:
     parser.add_argument("--skip-banking77", action="store_true")
     parser.add_argument("--latency", action="store_true")
     parser.add_argument("--ten-shot", action="store_true", help="BANKING77 10-shot, seed 0")
+    parser.add_argument("--latency-ab", action="store_true", help="only the latency A/B")
     args = parser.parse_args()
+    if args.latency_ab:
+        results = json.loads(OUT.read_text()) if OUT.is_file() else {}
+        results[args.name] = {"latency_ab": latency_ab(), "machine": machine(),
+                              "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+        print(results[args.name], flush=True)
+        OUT.write_text(json.dumps(results, indent=2) + "\n")
+        return
 
     kwargs: dict[str, Any] = {"quantize": args.quantize}
     if args.model:

@@ -203,7 +203,7 @@ class DecisionEngine:
         self.head = ZeroShotHead(calibrator, prompted=use_general, fingerprint=fingerprint)
         # The general model answers questions without examples; options taught by examples
         # are fitted on the bare model's vectors, which scored higher on 10-shot BANKING77
-        # (87.6 against 85.1 %, benchmarks/results/general_model.json): a second engine on
+        # (87.6 against 85.0 %, benchmarks/results/general_model.json): a second engine on
         # the bare model, built the first time such a question arrives.
         self._examples_options = (
             {"device": device, "dtype": dtype, "quantize": quantize, "cache_size": cache_size}
