@@ -205,7 +205,7 @@ class DecisionEngine:
         # are fitted on the bare model's vectors, which scored higher on 10-shot BANKING77
         # (87.6 against 85.0 %, benchmarks/results/general_model.json): a second engine on
         # the bare model, built the first time such a question arrives.
-        self._examples_options = (
+        self._examples_options: dict[str, Any] | None = (
             {"device": device, "dtype": dtype, "quantize": quantize, "cache_size": cache_size}
             if use_general
             else None
@@ -429,16 +429,18 @@ class DecisionEngine:
             parts.append(scored)
         out = []
         for i, request in enumerate(requests):
-            pieces = [p[i] for p in parts if p[i] is not None]
+            pieces: list[Scored] = []
+            for part in parts:
+                piece = part[i]
+                if piece is not None:
+                    pieces.append(piece)
             first = pieces[0]
-            assert first is not None
-            probabilities = {k: v for p in pieces for k, v in p.probabilities.items()}  # type: ignore[union-attr]
-            prepared = {k: v for p in pieces for k, v in p.prepared.items()}  # type: ignore[union-attr]
+            probabilities = {k: v for p in pieces for k, v in p.probabilities.items()}
+            prepared = {k: v for p in pieces for k, v in p.prepared.items()}
             # The state was read by each engine; count its tokens once.
-            tokens = first.tokens + sum(
-                sum(pr.tokens for pr in p.prepared.values())
-                for p in pieces[1:]  # type: ignore[union-attr]
-            )
+            tokens = first.tokens
+            for p in pieces[1:]:
+                tokens += sum(pr.tokens for pr in p.prepared.values())
             out.append(
                 Scored(
                     {q: probabilities[q] for q in request.questions},

@@ -31,8 +31,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from engine.schema.questions import Choice, Noul, Score, _Question, readable
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -189,7 +192,7 @@ EMOTION_NOUL = [
 ]
 
 
-def _pick(rng: random.Random, options: Sequence[str]) -> str:
+def _pick(rng: random.Random, options: Sequence[T]) -> T:
     return options[rng.randrange(len(options))]
 
 
@@ -390,6 +393,7 @@ class MixtureSampler:
         return None
 
     def _canonical(self, ds: DataSet, row: Row) -> Item | None:
+        q: _Question
         if ds.task == "choice":
             names = {readable_label(label): label for label in ds.labels}
             q = Choice(instructions="Which label fits the text?", criteria=dict.fromkeys(names))
@@ -486,25 +490,25 @@ class MixtureSampler:
             opts = {lab: _pick(rng, STANCE_TEMPLATES[lab]).format(t=t) for lab in ds.labels}
             names = list(opts)
             rng.shuffle(names)
-            q = Choice(
+            choice = Choice(
                 instructions=_pick(rng, [f"What is the author's stance on {t}?", "Stance?", None])
                 if rng.random() < 0.8
                 else None,
                 criteria={n: opts[n] for n in names},
             )
-            return Item(row.text, q, names.index(row.label), ds.name, "choice")
+            return Item(row.text, choice, names.index(row.label), ds.name, "choice")
         if row.label == "favor":
-            q, yes = (
+            text, yes = (
                 _pick(rng, [f"Does the author support {t}?", f"Is this tweet in favour of {t}?"]),
                 True,
             )
         elif row.label == "against":
             which = rng.random() < 0.5
-            q = f"Is the author against {t}?" if which else f"Does the author support {t}?"
+            text = f"Is the author against {t}?" if which else f"Does the author support {t}?"
             yes = which
         else:
             return None
-        return Item(row.text, Noul(instructions=q), 0 if yes else 1, ds.name, "noul-pair")
+        return Item(row.text, Noul(instructions=text), 0 if yes else 1, ds.name, "noul-pair")
 
     def _nli(self, ds: DataSet, row: Row) -> Item | None:
         rng = self.rng
@@ -517,6 +521,7 @@ class MixtureSampler:
                     ds.name, "noul-pair")  # fmt: skip
 
     def _sts(self, ds: DataSet, row: Row, as_score: bool) -> Item | None:
+        q: _Question
         level = ds.labels.index(row.label)
         if as_score:
             q = Score(
