@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from benchmarks._common import RESULTS, percentiles, shared_data, write_result
-from engine import DecisionEngine
-from engine.calibration import Calibrator
-from engine.calibration.metrics import expected_calibration_error
-from engine.evaluation import columns, evaluate, label_question, read_records, sample_examples
+from clef_engine import DecisionEngine
+from clef_engine.calibration import Calibrator
+from clef_engine.calibration.metrics import expected_calibration_error
+from clef_engine.evaluation import columns, evaluate, label_question, read_records, sample_examples
 
 SEEDS = (0, 1, 2)
 

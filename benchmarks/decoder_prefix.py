@@ -27,11 +27,11 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from engine.backbones.decoder import DecoderBackbone
-from engine.backbones.decoder.prompt import BETWEEN, plan
-from engine.backbones.decoder.testing import write_tiny_causal_lm
-from engine.backbones.decoder.tree import Group, Row
-from engine.schema.questions import Choice
+from clef_engine.backbones.decoder import DecoderBackbone
+from clef_engine.backbones.decoder.prompt import BETWEEN, plan
+from clef_engine.backbones.decoder.testing import write_tiny_causal_lm
+from clef_engine.backbones.decoder.tree import Group, Row
+from clef_engine.schema.questions import Choice
 
 OUT = Path(__file__).resolve().parent / "results" / "decoder_prefix.json"
 WORDS = "the card payment was blocked after my transfer and the refund never arrived".split()

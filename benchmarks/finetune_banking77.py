@@ -1,6 +1,6 @@
 """Fine-tuning on BANKING77: full training set, 10-shot x 3 seeds, int8, ablations.
 
-Trains with ``engine.train`` on ``../shared/data/banking77/train.csv`` only (the
+Trains with ``clef_engine.train`` on ``../shared/data/banking77/train.csv`` only (the
 validation split for early stopping and calibration is carved from it), then evaluates
 on ``test.csv`` through ``DecisionEngine.from_pretrained`` (fp32 and int8), so the numbers
 are those a user of the saved model dir gets.
@@ -49,22 +49,22 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import DecisionEngine  # noqa: E402
-from engine.calibration import (  # noqa: E402
+from clef_engine import DecisionEngine  # noqa: E402
+from clef_engine.calibration import (  # noqa: E402
     Calibrator,
     brier_score,
     expected_calibration_error,
     macro_f1,
     negative_log_likelihood,
 )
-from engine.train import (  # noqa: E402
+from clef_engine.train import (  # noqa: E402
     TrainConfig,
     Trainer,
     load_eval_data,
     load_training_data,
     sample_per_label,
 )
-from engine.train.config import ENSEMBLE_SHARED_SPLIT  # noqa: E402
+from clef_engine.train.config import ENSEMBLE_SHARED_SPLIT  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "finetune_banking77.json"
 QUICK = False

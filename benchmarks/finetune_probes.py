@@ -90,10 +90,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune_banking77 as fb
 
-import engine.train.trainer as trainer_module
-from engine.calibration.temperature import Calibrator, fit_temperature
-from engine.runtime.adapter import ADAPTER_DIR
-from engine.train.data import split
+import clef_engine.train.trainer as trainer_module
+from clef_engine.calibration.temperature import Calibrator, fit_temperature
+from clef_engine.runtime.adapter import ADAPTER_DIR
+from clef_engine.train.data import split
 
 RESULTS = fb.ROOT / "benchmarks" / "results" / "finetune_probes.json"
 QID = "category"
@@ -486,7 +486,7 @@ WIDE_GRID = {
 
 
 def memory_variants(seed: int) -> None:
-    from engine.heads.memory import QuestionMemory, fit_question_memory
+    from clef_engine.heads.memory import QuestionMemory, fit_question_memory
 
     train, test = load()
     _, val = split(train, fb.TrainConfig().val_fraction, seed=seed)  # as the trainer does

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.finetune_banking77 import cpu_model, data_dir, package_versions  # noqa: E402
-from engine.train import TrainConfig, Trainer, load_training_data, sample_per_label  # noqa: E402
+from clef_engine.train import TrainConfig, Trainer, load_training_data, sample_per_label  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "finetune_rl_cache.json"
 

@@ -13,10 +13,10 @@ import json
 import time
 from pathlib import Path
 
-from engine import DecisionEngine
-from engine.calibration.temperature import BUNDLED, BUNDLED_INT8
-from engine.calibration.zero_shot_fit import fit_zero_shot
-from engine.evaluation import columns, read_records
+from clef_engine import DecisionEngine
+from clef_engine.calibration.temperature import BUNDLED, BUNDLED_INT8
+from clef_engine.calibration.zero_shot_fit import fit_zero_shot
+from clef_engine.evaluation import columns, read_records
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,7 +3,7 @@
 Scores the engine as users meet it, with no examples and no fine-tuning:
 
 - every set of ``shared/data/decision-mix`` on its **test** split, asked its own question
-  (:meth:`engine.train.mixture.MixtureSampler.canonical`; at most ``--per-set`` rows);
+  (:meth:`clef_engine.train.mixture.MixtureSampler.canonical`; at most ``--per-set`` rows);
 - BANKING77's test split (3,080 rows) as one 77-way choice over readable intent names
   (never part of the general model's training or calibration);
 - ``tests/data/noul_suite.jsonl``, hand-written yes/no cases (never trained on).
@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import RESULTS, ROOT, machine, percentiles, shared_data
-from engine import DecisionEngine
-from engine.calibration.metrics import brier_score, top_label_ece
-from engine.evaluation import columns, evaluate, label_question, read_records, sample_examples
-from engine.schema.questions import Noul
-from engine.schema.request import build_request
-from engine.train.mixture import Item, MixtureSampler, load_mixture
+from clef_engine import DecisionEngine
+from clef_engine.calibration.metrics import brier_score, top_label_ece
+from clef_engine.evaluation import columns, evaluate, label_question, read_records, sample_examples
+from clef_engine.schema.questions import Noul
+from clef_engine.schema.request import build_request
+from clef_engine.train.mixture import Item, MixtureSampler, load_mixture
 
 SUITE = ROOT / "tests" / "data" / "noul_suite.jsonl"
 OUT = RESULTS / "general_model.json"

@@ -33,11 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 from clef_agents.browser import find_chromium, render_files  # noqa: E402
 from clef_agents.vision import ScreenshotClassifier  # noqa: E402
-from engine import DecisionEngine  # noqa: E402
-from engine.backbones.vision.images import open_image  # noqa: E402
-from engine.backbones.vision.ocr import DEFAULT_MAX_SIDE, RUNTIMES, RapidOcr  # noqa: E402
-from engine.backbones.vision.pipeline import VisionPipeline  # noqa: E402
-from engine.backbones.vision.requests import attach  # noqa: E402
+from clef_engine import DecisionEngine  # noqa: E402
+from clef_engine.backbones.vision.images import open_image  # noqa: E402
+from clef_engine.backbones.vision.ocr import DEFAULT_MAX_SIDE, RUNTIMES, RapidOcr  # noqa: E402
+from clef_engine.backbones.vision.pipeline import VisionPipeline  # noqa: E402
+from clef_engine.backbones.vision.requests import attach  # noqa: E402
 
 PAGES = ROOT / "tests" / "fixtures" / "pages"
 HOLDOUT = ROOT / "tests" / "fixtures" / "pages_holdout"

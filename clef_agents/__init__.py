@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import engine as _engine
-from engine import __all__ as _engine_all
-from engine import __version__
+import clef_engine as _engine
+from clef_engine import __all__ as _engine_all
+from clef_engine import __version__
 
 if TYPE_CHECKING:
-    from engine import *  # noqa: F403 - the engine's public API is ours
+    from clef_engine import *  # noqa: F403 - the engine's public API is ours
 
 __all__ = [*_engine_all]
 _ = __version__

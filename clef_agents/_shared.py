@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine.errors import InvalidRequestError
-from engine.schema.answers import DecisionResult
-from engine.schema.questions import Choice
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.answers import DecisionResult
+from clef_engine.schema.questions import Choice
 
 _DEFAULT: Any = None
 _LOCK = threading.Lock()
@@ -24,7 +24,7 @@ def default_engine() -> Any:
     if _DEFAULT is None:
         with _LOCK:
             if _DEFAULT is None:
-                from engine import DecisionEngine
+                from clef_engine import DecisionEngine
 
                 _DEFAULT = DecisionEngine()
     return _DEFAULT

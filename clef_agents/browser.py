@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import require
-from engine.schema.answers import BoxCoords
+from clef_engine.errors import require
+from clef_engine.schema.answers import BoxCoords
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

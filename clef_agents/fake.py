@@ -26,8 +26,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.errors import ClefError, InvalidRequestError, UnsupportedQuestionError
-from engine.schema.answers import (
+from clef_engine.errors import ClefError, InvalidRequestError, UnsupportedQuestionError
+from clef_engine.schema.answers import (
     Answer,
     BoxAnswer,
     ChoiceAnswer,
@@ -38,9 +38,9 @@ from engine.schema.answers import (
     choice_confidence,
     score_confidence,
 )
-from engine.schema.questions import Box, Noul, Score, _Question
-from engine.schema.render import render_value
-from engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
+from clef_engine.schema.questions import Box, Noul, Score, _Question
+from clef_engine.schema.render import render_value
+from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
 _WORD = re.compile(r"[a-z0-9]+")
 

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from clef_agents.page_types import PAGE_TYPES
-from engine import Box, Choice, DecisionEngine
-from engine.errors import InvalidRequestError
-from engine.schema.answers import BoxAnswer, ChoiceAnswer, DecisionResult
+from clef_engine import Box, Choice, DecisionEngine
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.answers import BoxAnswer, ChoiceAnswer, DecisionResult
 
 DEFAULT_QUESTION_ID = "page_type"
 DEFAULT_INSTRUCTIONS = "What kind of web page is shown in this screenshot?"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from engine._version import __version__
-from engine.errors import (
+from clef_engine._version import __version__
+from clef_engine.errors import (
     ClefError,
     DeviceUnavailableError,
     InvalidRequestError,
@@ -17,7 +17,7 @@ from engine.errors import (
     StateTooLargeError,
     UnsupportedQuestionError,
 )
-from engine.schema import (
+from clef_engine.schema import (
     Answer,
     Box,
     BoxAnswer,
@@ -34,26 +34,26 @@ from engine.schema import (
 )
 
 if TYPE_CHECKING:
-    from engine.backbones import Backbone, EncoderBackbone, load_backbone, register_backbone
-    from engine.calibration import Calibrator
-    from engine.runtime.engine import DecisionEngine
+    from clef_engine.backbones import Backbone, EncoderBackbone, load_backbone, register_backbone
+    from clef_engine.calibration import Calibrator
+    from clef_engine.runtime.engine import DecisionEngine
 
 # Names whose modules import torch load on first use, so that the schema, the errors and
 # torch-free layers (``clef_agents.fake``, rule fallbacks) import without torch.
 _LAZY = {
-    "Backbone": "engine.backbones",
-    "EncoderBackbone": "engine.backbones",
-    "load_backbone": "engine.backbones",
-    "register_backbone": "engine.backbones",
-    "Calibrator": "engine.calibration",
-    "DecisionEngine": "engine.runtime.engine",
+    "Backbone": "clef_engine.backbones",
+    "EncoderBackbone": "clef_engine.backbones",
+    "load_backbone": "clef_engine.backbones",
+    "register_backbone": "clef_engine.backbones",
+    "Calibrator": "clef_engine.calibration",
+    "DecisionEngine": "clef_engine.runtime.engine",
 }
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+        raise AttributeError(f"module 'clef_engine' has no attribute {name!r}")
     import importlib
 
     value = getattr(importlib.import_module(module), name)

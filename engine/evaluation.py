@@ -4,8 +4,8 @@ Used by ``clef-agents eval`` and the benchmarks, so the numbers in the README co
 the same code a user runs.
 
 Example:
-    >>> from engine import DecisionEngine
-    >>> from engine.evaluation import evaluate, label_question
+    >>> from clef_engine import DecisionEngine
+    >>> from clef_engine.evaluation import evaluate, label_question
     >>> q = label_question(["card_arrival", "exchange_rate"])
     >>> report = evaluate(DecisionEngine(), ["where is my card?"], ["card_arrival"], q)
     >>> report.accuracy
@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from engine.calibration.metrics import (
+from clef_engine.calibration.metrics import (
     brier_score,
     expected_calibration_error,
     macro_f1,
     negative_log_likelihood,
 )
-from engine.errors import InvalidRequestError
-from engine.schema.questions import Choice
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.questions import Choice
 
 QUESTION_ID = "label"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from engine.backbones.encoder import EncoderBackbone
+from clef_engine.backbones.encoder import EncoderBackbone
 
 _SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _WORDS = (

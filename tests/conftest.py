@@ -29,7 +29,7 @@ SHARED_DATA = _shared_data()
 @pytest.fixture(scope="session")
 def engine():
     """The real engine on the packaged model, shared by the whole session."""
-    from engine import DecisionEngine
+    from clef_engine import DecisionEngine
 
     return DecisionEngine()
 
@@ -37,8 +37,8 @@ def engine():
 @pytest.fixture(scope="session")
 def tiny_engine():
     """An engine on a tiny random encoder (fast; behaviour, not accuracy)."""
-    from engine import DecisionEngine
-    from engine.testing import tiny_encoder
+    from clef_engine import DecisionEngine
+    from clef_engine.testing import tiny_encoder
 
     return DecisionEngine(tiny_encoder(max_length=32))
 

@@ -33,7 +33,7 @@ WORDS = "the card payment was blocked after my transfer and the refund never arr
 def build_model(directory: Path, quick: bool, smoke: bool, device: str) -> dict[str, Any]:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from engine.backbones.decoder.testing import tiny_tokenizer
+    from clef_engine.backbones.decoder.testing import tiny_tokenizer
 
     shape: dict[str, Any] = {
         "hidden_size": 2048,
@@ -98,9 +98,9 @@ def main() -> None:
     def peak_gib() -> float | None:
         return round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None
 
-    from engine.backbones.decoder import DecoderBackbone
-    from engine.backbones.decoder.tree import Group, Row
-    from engine.schema.questions import Choice
+    from clef_engine.backbones.decoder import DecoderBackbone
+    from clef_engine.backbones.decoder.tree import Group, Row
+    from clef_engine.schema.questions import Choice
 
     directory = Path(tempfile.mkdtemp(prefix="clef-gpu-qwen3-"))
     started = time.perf_counter()

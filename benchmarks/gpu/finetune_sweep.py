@@ -57,8 +57,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.finetune_banking77 import data_dir, run  # noqa: E402
-from engine.calibration import expected_calibration_error, macro_f1  # noqa: E402
-from engine.train import (  # noqa: E402
+from clef_engine.calibration import expected_calibration_error, macro_f1  # noqa: E402
+from clef_engine.train import (  # noqa: E402
     TrainConfig,
     load_eval_data,
     load_training_data,

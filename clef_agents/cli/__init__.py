@@ -12,8 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from engine import __version__
-from engine.errors import ClefError
+from clef_engine import __version__
+from clef_engine.errors import ClefError
 
 COMMANDS = [
     "clef_agents.cli.decide",

@@ -34,7 +34,7 @@ from clef_agents.cli.common import (
     load_structured,
     number,
 )
-from engine.errors import ClefError, InvalidRequestError, require
+from clef_engine.errors import ClefError, InvalidRequestError, require
 
 MANIFEST = "manifest.json"
 """In ``OUT.parts/``: what the chunks there were computed from."""
@@ -506,7 +506,7 @@ def run(args: argparse.Namespace) -> int:
         loaded = loaded["questions"]
     if not isinstance(loaded, Mapping) or not loaded:
         raise UsageError(f"{args.questions}: expected a mapping of question id to question")
-    from engine.schema.request import questions_from
+    from clef_engine.schema.request import questions_from
 
     questions_from(loaded)  # validate once, up front (InvalidRequestError → exit 2)
     questions = dict(loaded)

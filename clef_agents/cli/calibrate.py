@@ -67,7 +67,7 @@ def _trained_questions(engine: Any, instructions: str | None) -> dict[str, Any] 
     module = getattr(getattr(engine, "head", None), "module", None)
     if module is None:
         return None
-    from engine.schema.questions import Choice, Noul, Score
+    from clef_engine.schema.questions import Choice, Noul, Score
 
     out: dict[str, Any] = {}
     for i, fp in enumerate(module.bank_names):
@@ -92,7 +92,7 @@ def _trained_questions(engine: Any, instructions: str | None) -> dict[str, Any] 
 def _metrics(probs: list[list[float]], labels: list[int]) -> dict[str, float]:
     import numpy as np
 
-    from engine.calibration import brier_score, expected_calibration_error, negative_log_likelihood
+    from clef_engine.calibration import brier_score, expected_calibration_error, negative_log_likelihood
 
     out: dict[str, list[float]] = {"ece": [], "nll": [], "brier": []}
     by_width: dict[int, list[int]] = {}
@@ -118,9 +118,9 @@ def _refit_memory(
     after: list[list[float]],
     labels: list[int],
 ) -> dict[str, dict[str, float]]:
-    """:func:`engine.heads.memory.refit_memory` on the held-out rows; reports by question id."""
-    from engine.heads.memory import refit_memory
-    from engine.heads.option_evidence import fingerprint, question_context
+    """:func:`clef_engine.heads.memory.refit_memory` on the held-out rows; reports by question id."""
+    from clef_engine.heads.memory import refit_memory
+    from clef_engine.heads.option_evidence import fingerprint, question_context
 
     names = {q: [s.name for s in v.option_specs()] for q, v in data.questions.items()}
     types = {q: str(v.type) for q, v in data.questions.items()}
@@ -141,11 +141,11 @@ def _refit_memory(
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from engine import DecisionEngine
-    from engine.calibration import Calibrator, fit_calibrator, reliability_diagram
-    from engine.heads.memory import MEMORY_FILE
-    from engine.runtime import model_dir
-    from engine.train import load_data
+    from clef_engine import DecisionEngine
+    from clef_engine.calibration import Calibrator, fit_calibrator, reliability_diagram
+    from clef_engine.heads.memory import MEMORY_FILE
+    from clef_engine.runtime import model_dir
+    from clef_engine.train import load_data
 
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out}: is a file; name a directory for the model dir")

@@ -248,7 +248,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_engine(args: argparse.Namespace) -> Any:
-    from engine import DecisionEngine
+    from clef_engine import DecisionEngine
 
     kwargs: dict[str, Any] = {"device": args.device}
     if args.int8:

@@ -161,7 +161,7 @@ def format_table(result: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.schema.request import questions_from
+    from clef_engine.schema.request import questions_from
 
     questions = questions_from(collect_questions(args))  # validate before loading a model
     state = read_state(args)

@@ -120,7 +120,7 @@ def stratified_sample(labels: Sequence[str], n: int, seed: int) -> list[int]:
 
 def check_plot_path(path: str) -> None:
     """Refuse a --plot path matplotlib cannot write, before the evaluation runs."""
-    from engine.errors import require
+    from clef_engine.errors import require
 
     require("matplotlib", package="matplotlib", extra="eval", feature="eval --plot")
     from matplotlib.backend_bases import FigureCanvasBase
@@ -172,7 +172,7 @@ def _few(names: list[str], k: int = 5) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.evaluation import (
+    from clef_engine.evaluation import (
         columns,
         evaluate,
         label_question,
@@ -218,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     summary["model_version"] = engine.model_version
     summary["head"] = head
     if args.plot:
-        from engine.calibration.metrics import reliability_diagram
+        from clef_engine.calibration.metrics import reliability_diagram
 
         reliability_diagram(
             report.probabilities,

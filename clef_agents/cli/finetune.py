@@ -12,7 +12,7 @@ from clef_agents.cli import UsageError
 from clef_agents.cli.common import add_threads_arg, apply_threads, load_structured, number
 
 MAX_RANK = 256
-"""``engine.train.config.MAX_RANK``, repeated here: importing it loads torch, and every
+"""``clef_engine.train.config.MAX_RANK``, repeated here: importing it loads torch, and every
 ``clef-agents`` command builds this parser."""
 
 _POSITIVE = number(float, low=0, low_open=True)
@@ -297,11 +297,11 @@ _FIELDS = (
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.errors import require
+    from clef_engine.errors import require
 
     check_out_dir(args.out)
     require("peft", package="peft", extra="train", feature="clef-agents finetune")
-    from engine.train import (
+    from clef_engine.train import (
         TrainConfig,
         Trainer,
         load_training_data,

@@ -16,7 +16,7 @@ from typing import Any
 
 from clef_agents.cli import UsageError
 from clef_agents.cli.common import add_engine_args, build_engine
-from engine.schema.limits import (
+from clef_engine.schema.limits import (
     SERVER_MAX_BATCH_STATE_CHARS,
     SERVER_MAX_EXAMPLE_TEXTS,
     SERVER_MAX_OPTION_TEXTS,

@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from engine.errors import require
+from clef_engine.errors import require
 
 require(
     "langchain_core",

@@ -12,10 +12,10 @@ from pydantic import ConfigDict, Field
 
 from clef_agents._shared import StateFrom, decision_record, default_engine, extract_state
 from clef_agents.langchain._events import acall_as_run, aemit, call_as_run, emit
-from engine.schema.answers import DecisionResult
-from engine.schema.questions import readable
-from engine.schema.render import render_value
-from engine.schema.request import questions_from
+from clef_engine.schema.answers import DecisionResult
+from clef_engine.schema.questions import readable
+from clef_engine.schema.render import render_value
+from clef_engine.schema.request import questions_from
 
 EVENT = "clef_decision"
 """Name of the custom callback event every decision emits (data: probabilities etc.)."""
@@ -38,7 +38,7 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
 
     Example:
         >>> from clef_agents.fake import FakeEngine
-        >>> from engine.schema import Noul
+        >>> from clef_engine.schema import Noul
         >>> urgent = ClefDecision(questions={"urgent": Noul(instructions="Is it urgent?",
         ...     criteria={"true": "urgent asap"})}, engine=FakeEngine())
         >>> urgent.invoke("asap please, urgent!")["urgent"].noul > 0.5

@@ -27,9 +27,9 @@ from langchain_core.runnables import RunnableLambda
 
 from clef_agents._shared import StateFrom, as_choice, default_engine, extract_state
 from clef_agents.langchain.router import ClefRouter
-from engine.errors import InvalidRequestError
-from engine.schema.answers import ChoiceAnswer, DecisionResult, NoulAnswer
-from engine.schema.questions import Noul
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.answers import ChoiceAnswer, DecisionResult, NoulAnswer
+from clef_engine.schema.questions import Noul
 
 
 def _nouls(question: Mapping[str, Any]) -> dict[str, Noul]:

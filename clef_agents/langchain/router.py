@@ -19,9 +19,9 @@ from clef_agents._shared import (
     extract_state,
 )
 from clef_agents.langchain._events import acall_as_run, aemit, call_as_run, emit
-from engine.errors import InvalidRequestError
-from engine.schema.answers import ChoiceAnswer, DecisionResult
-from engine.schema.questions import Choice
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.answers import ChoiceAnswer, DecisionResult
+from clef_engine.schema.questions import Choice
 
 EVENT = "clef_route"
 """Custom callback event emitted for every routing decision."""

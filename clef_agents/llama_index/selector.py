@@ -13,9 +13,9 @@ from llama_index.core.schema import QueryBundle
 from llama_index.core.tools.types import ToolMetadata
 
 from clef_agents._shared import default_engine
-from engine.errors import ClefError
-from engine.schema.answers import ChoiceAnswer, DecisionResult
-from engine.schema.questions import Choice
+from clef_engine.errors import ClefError
+from clef_engine.schema.answers import ChoiceAnswer, DecisionResult
+from clef_engine.schema.questions import Choice
 
 
 class LowConfidenceError(ClefError):

@@ -30,8 +30,8 @@ from llama_index.core.workflow import Event, StartEvent, Workflow, step
 from pydantic import Field
 
 from clef_agents._shared import StateFrom, as_choice, decision_record, default_engine
-from engine.errors import InvalidRequestError
-from engine.schema.answers import ChoiceAnswer
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.answers import ChoiceAnswer
 
 
 class ClefRouteEvent(Event):

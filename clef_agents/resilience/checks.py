@@ -25,10 +25,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.errors import ClefError
-from engine.schema.answers import BoxAnswer, ChoiceAnswer, DecisionResult, NoulAnswer, ScoreAnswer
-from engine.schema.questions import Box, Choice, Noul, Score, _Question
-from engine.schema.request import DecisionRequest
+from clef_engine.errors import ClefError
+from clef_engine.schema.answers import BoxAnswer, ChoiceAnswer, DecisionResult, NoulAnswer, ScoreAnswer
+from clef_engine.schema.questions import Box, Choice, Noul, Score, _Question
+from clef_engine.schema.request import DecisionRequest
 
 SUM_TOLERANCE = 1e-3
 """How far a distribution's sum may be from 1 (float32 softmax sums are within ~1e-6)."""

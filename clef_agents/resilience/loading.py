@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.errors import InvalidRequestError
+from clef_engine.errors import InvalidRequestError
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import ClefError, InvalidRequestError
-from engine.schema.answers import (
+from clef_engine.errors import ClefError, InvalidRequestError
+from clef_engine.schema.answers import (
     Answer,
     BoxAnswer,
     ChoiceAnswer,
@@ -26,9 +26,9 @@ from engine.schema.answers import (
     choice_confidence,
     score_confidence,
 )
-from engine.schema.questions import Box, Choice, Noul, Score, _Question
-from engine.schema.render import render_value
-from engine.schema.request import DecisionRequest
+from clef_engine.schema.questions import Box, Choice, Noul, Score, _Question
+from clef_engine.schema.render import render_value
+from clef_engine.schema.request import DecisionRequest
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from engine.errors import InvalidRequestError
+from clef_engine.errors import InvalidRequestError
 
 
 class CallTimeout(TimeoutError):

@@ -17,8 +17,8 @@ takes it in place of the engine. It adds:
 - tags on every result: ``x_source`` (``model``, ``rules``, ``default``), the model
   version, and ``x_fallback_reason``; and :class:`Counters` that users can read and log.
 
-Bad input is never "fallen back": :class:`~engine.errors.InvalidRequestError` and
-:class:`~engine.errors.UnsupportedQuestionError` reach the caller (or the item's slot).
+Bad input is never "fallen back": :class:`~clef_engine.errors.InvalidRequestError` and
+:class:`~clef_engine.errors.UnsupportedQuestionError` reach the caller (or the item's slot).
 
 Example:
     >>> from clef_agents.fake import FakeEngine
@@ -57,9 +57,9 @@ from clef_agents.resilience.counters import Counters
 from clef_agents.resilience.loading import EngineLoader
 from clef_agents.resilience.rules import RuleFallback
 from clef_agents.resilience.workers import CallTimeout, TimeoutPool, WorkersBusy
-from engine.errors import ClefError, InvalidRequestError, ModelLoadError, UnsupportedQuestionError
-from engine.schema.answers import BoxAnswer, DecisionResult
-from engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
+from clef_engine.errors import ClefError, InvalidRequestError, ModelLoadError, UnsupportedQuestionError
+from clef_engine.schema.answers import BoxAnswer, DecisionResult
+from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
 
 logger = logging.getLogger(__name__)
 

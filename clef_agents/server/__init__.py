@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from engine.errors import require
+from clef_engine.errors import require
 
 for _module, _package in (
     ("fastapi", "fastapi"),

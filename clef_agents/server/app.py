@@ -5,7 +5,7 @@ Routes: ``POST /v1/systemone``, ``POST /v1/systemone/batch``, ``GET /v1/models``
 ``x-typesafe-request-id`` header; every bad request gets a 4xx with the documented shape.
 
 Example:
-    >>> from engine import DecisionEngine
+    >>> from clef_engine import DecisionEngine
     >>> from clef_agents.server import create_app, ServerConfig
     >>> app = create_app(DecisionEngine(), ServerConfig(max_batch=32))  # doctest: +SKIP
     >>> # uvicorn.run(app, port=8000)
@@ -51,8 +51,8 @@ from clef_agents.server.errors import (
 )
 from clef_agents.server.metrics import Metrics
 from clef_agents.server.openapi import openapi
-from engine.errors import InvalidRequestError
-from engine.schema.request import DecisionRequest, questions_from
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.request import DecisionRequest, questions_from
 
 logger = logging.getLogger("clef_agents.server")
 

@@ -4,11 +4,11 @@ The model worker answers one batch at a time, so a single request with a huge st
 of thousands of fresh option texts or thousands of examples would hold everyone else up
 for minutes. The server refuses such a request at once: 413 for state size, 422 (naming
 ``questions`` and the limit) for option and example counts. The limits are settings of
-:class:`~clef_agents.server.config.ServerConfig` (defaults in :mod:`engine.schema.limits`);
+:class:`~clef_agents.server.config.ServerConfig` (defaults in :mod:`clef_engine.schema.limits`);
 the Python API has no such budget.
 
 Example:
-    >>> from engine.schema.request import DecisionRequest
+    >>> from clef_engine.schema.request import DecisionRequest
     >>> from clef_agents.server.config import ServerConfig
     >>> req = DecisionRequest.parse({"state": "hi", "questions": {"q": {
     ...     "type": "noul", "instructions": "ok?"}}})
@@ -24,11 +24,11 @@ from typing import Any
 
 from clef_agents.server.config import ServerConfig
 from clef_agents.server.errors import HTTPError, ValidationFailed
-from engine.backbones.vision.images import is_image
-from engine.errors import InvalidRequestError
-from engine.heads.zero_shot import option_texts
-from engine.schema.limits import MAX_JSON_DEPTH
-from engine.schema.render import render_value
+from clef_engine.backbones.vision.images import is_image
+from clef_engine.errors import InvalidRequestError
+from clef_engine.heads.zero_shot import option_texts
+from clef_engine.schema.limits import MAX_JSON_DEPTH
+from clef_engine.schema.render import render_value
 
 _IMAGE = "[image]"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.schema.limits import (
+from clef_engine.schema.limits import (
     SERVER_MAX_BATCH_STATE_CHARS,
     SERVER_MAX_EXAMPLE_TEXTS,
     SERVER_MAX_OPTION_TEXTS,

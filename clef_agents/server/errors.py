@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.errors import ClefError, InvalidRequestError, UnsupportedQuestionError
+from clef_engine.errors import ClefError, InvalidRequestError, UnsupportedQuestionError
 
 
 class HTTPError(Exception):

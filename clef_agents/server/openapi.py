@@ -2,8 +2,8 @@
 
 The routes read their bodies themselves (size caps, compression, multipart), so FastAPI
 cannot infer the schemas; :func:`openapi` puts the pydantic models the server validates
-with (:class:`~engine.schema.request.DecisionRequest`) and answers with
-(:class:`~engine.schema.answers.DecisionResult`) into ``/openapi.json``.
+with (:class:`~clef_engine.schema.request.DecisionRequest`) and answers with
+(:class:`~clef_engine.schema.answers.DecisionResult`) into ``/openapi.json``.
 
 Example:
     >>> from fastapi import FastAPI
@@ -21,9 +21,9 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from engine.schema.answers import DecisionResult, Usage
-from engine.schema.questions import Question
-from engine.schema.request import DEFAULT_MODEL, DecisionRequest, ImageAsset
+from clef_engine.schema.answers import DecisionResult, Usage
+from clef_engine.schema.questions import Question
+from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, ImageAsset
 
 _STATE = {
     "anyOf": [{"type": "string"}, {"type": "object"}, {"type": "array"}],

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
-from engine.errors import require
+from clef_engine.errors import require
 
 require("ray.serve", package="ray[serve]", extra="ray", feature="clef-agents serve --ray")
 
@@ -34,7 +34,7 @@ from clef_agents.server.config import ServerConfig  # noqa: E402
 
 
 def _load_engine(model: str | None, device: str, int8: bool) -> Any:
-    from engine import DecisionEngine
+    from clef_engine import DecisionEngine
 
     kwargs: dict[str, Any] = {"device": device}
     if int8:

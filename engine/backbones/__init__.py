@@ -11,13 +11,13 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from engine.backbones.base import Backbone, Encoded
-from engine.backbones.encoder import PACKAGED, EncoderBackbone, packaged_model_path
+from clef_engine.backbones.base import Backbone, Encoded
+from clef_engine.backbones.encoder import PACKAGED, EncoderBackbone, packaged_model_path
 
 BACKBONES: dict[str, str | Callable[..., Backbone]] = {
     "encoder": EncoderBackbone,
-    "decoder": "engine.backbones.decoder:DecoderBackbone",
-    "vision": "engine.backbones.vision.backbone:VisionBackbone",
+    "decoder": "clef_engine.backbones.decoder:DecoderBackbone",
+    "vision": "clef_engine.backbones.vision.backbone:VisionBackbone",
 }
 
 

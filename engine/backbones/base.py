@@ -1,7 +1,7 @@
 """The backbone protocol: texts in, token states and pooled vectors out.
 
 A backbone runs the expensive forward pass; heads score options on what it returns.
-Other kinds (``decoder``, ``vision``) register themselves in :mod:`engine.backbones`.
+Other kinds (``decoder``, ``vision``) register themselves in :mod:`clef_engine.backbones`.
 """
 
 from __future__ import annotations

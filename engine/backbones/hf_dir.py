@@ -8,7 +8,7 @@ dir that asks for remote code before transformers sees it, so neither the code n
 prompt is ever reached.
 
 Example:
-    >>> from engine.testing import write_tiny_bert
+    >>> from clef_engine.testing import write_tiny_bert
     >>> import tempfile
     >>> check_hf_dir(write_tiny_bert(tempfile.mkdtemp()))   # a clean encoder dir passes
 """
@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ModelLoadError
+from clef_engine.errors import ModelLoadError
 
 NO_REMOTE_CODE: dict[str, Any] = {"trust_remote_code": False, "local_files_only": True}
 """Keyword arguments every transformers ``from_pretrained`` call in the engine passes."""

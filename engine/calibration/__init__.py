@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from engine.calibration.fit import fit_calibrator
-from engine.calibration.histogram import HistogramBinning
-from engine.calibration.metrics import (
+from clef_engine.calibration.fit import fit_calibrator
+from clef_engine.calibration.histogram import HistogramBinning
+from clef_engine.calibration.metrics import (
     accuracy,
     brier_score,
     expected_calibration_error,
@@ -13,7 +13,7 @@ from engine.calibration.metrics import (
     reliability_bins,
     reliability_diagram,
 )
-from engine.calibration.temperature import Calibrator, bucket, fit_temperature, fit_threshold
+from clef_engine.calibration.temperature import Calibrator, bucket, fit_temperature, fit_threshold
 
 __all__ = [
     "Calibrator",

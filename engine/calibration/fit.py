@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.calibration.histogram import DEFAULT_BINS, HistogramBinning
-from engine.calibration.metrics import top_label_ece
-from engine.calibration.temperature import Calibrator, fit_temperature, key
+from clef_engine.calibration.histogram import DEFAULT_BINS, HistogramBinning
+from clef_engine.calibration.metrics import top_label_ece
+from clef_engine.calibration.temperature import Calibrator, fit_temperature, key
 
 MIN_HISTOGRAM_ITEMS = 50
 """Fewer held-out items than this in a group: temperature only (bins would be noise)."""

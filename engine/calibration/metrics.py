@@ -109,7 +109,7 @@ def reliability_diagram(
     n_bins: int = DEFAULT_BINS,
 ) -> Path:
     """Write a reliability diagram PNG (needs matplotlib: ``pip install 'clef-agents[eval]'``)."""
-    from engine.errors import require
+    from clef_engine.errors import require
 
     require("matplotlib", package="matplotlib", extra="eval", feature="reliability diagrams")
     import matplotlib

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from engine.calibration.histogram import HistogramBinning
+from clef_engine.calibration.histogram import HistogramBinning
 
 DEFAULT_TEMPERATURE = 1.0
 BUNDLED = Path(__file__).resolve().parent.parent / "data" / "zero_shot_calibration.json"
@@ -54,7 +54,7 @@ class Calibrator:
     """Where the numbers came from (a data set and command), kept in ``config.json``."""
     histograms: dict[str, Any] = field(default_factory=dict)
     """Optional top-label histogram binning after the temperature, keyed like temperatures
-    (:class:`engine.calibration.histogram.HistogramBinning`); applied by :meth:`adjust`."""
+    (:class:`clef_engine.calibration.histogram.HistogramBinning`); applied by :meth:`adjust`."""
 
     def temperature(self, question_type: str, n_options: int) -> float:
         exact = key(question_type, n_options)

@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from engine.calibration.temperature import Calibrator, fit_temperature, fit_threshold
-from engine.heads.zero_shot import NOUL_ONE_SIDED, option_texts
-from engine.schema.questions import Choice, Noul
+from clef_engine.calibration.temperature import Calibrator, fit_temperature, fit_threshold
+from clef_engine.heads.zero_shot import NOUL_ONE_SIDED, option_texts
+from clef_engine.schema.questions import Choice, Noul
 
 MAX_BUCKET = 8
 

@@ -19,7 +19,7 @@ probability the way choice answers are; treat the confidence as a ranking score 
 The box is the element's region (a button's or field's rectangle when the layout analysis
 found one, else the text's box), as fractions (0-1) of the image's height (``top``,
 ``bottom``) and width (``left``, ``right``), as the wire schema defines it;
-:meth:`~engine.schema.answers.BoxCoords.to_pixels` turns it back into pixels.
+:meth:`~clef_engine.schema.answers.BoxCoords.to_pixels` turns it back into pixels.
 
 Without instructions there is nothing to rank candidates by: the answer is the whole
 image (``0, 1, 0, 1``) with ``confidence`` null.
@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.schema.answers import BoxAnswer, BoxCoords
+from clef_engine.schema.answers import BoxAnswer, BoxCoords
 
 if TYPE_CHECKING:
-    from engine.backbones.vision.layout import Element, ImageEvidence
-    from engine.runtime.engine import DecisionEngine
+    from clef_engine.backbones.vision.layout import Element, ImageEvidence
+    from clef_engine.runtime.engine import DecisionEngine
 
 SEMANTIC = 10.0
 LEXICAL = 4.0

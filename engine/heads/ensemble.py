@@ -1,6 +1,6 @@
 """An ensemble model dir's head: the mean of its members' calibrated answers.
 
-A model dir trained with ``TrainConfig(ensemble=K)`` (:mod:`engine.train.ensemble`) holds K
+A model dir trained with ``TrainConfig(ensemble=K)`` (:mod:`clef_engine.train.ensemble`) holds K
 fine-tuned model dirs. For a question the members were trained on, every member answers it
 as it would alone (its adapted backbone, head, temperature and example memory), the
 probabilities are averaged. When the ensemble was trained with ``ensemble_temperature``,
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.calibration.temperature import Calibrator
-from engine.schema.questions import _Question
+from clef_engine.calibration.temperature import Calibrator
+from clef_engine.schema.questions import _Question
 
 if TYPE_CHECKING:
-    from engine.runtime.engine import DecisionEngine, Scored
-    from engine.schema.request import DecisionRequest
+    from clef_engine.runtime.engine import DecisionEngine, Scored
+    from clef_engine.schema.request import DecisionRequest
 
 
 class EnsembleHead:

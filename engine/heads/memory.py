@@ -44,8 +44,8 @@ from typing import Any
 
 import torch
 
-from engine.calibration.temperature import fit_temperature
-from engine.heads.option_evidence import fingerprint, load_weights
+from clef_engine.calibration.temperature import fit_temperature
+from clef_engine.heads.option_evidence import fingerprint, load_weights
 
 MEMORY_FILE = "memory.safetensors"
 GRID_K = (5, 10, 20, 50)
@@ -272,7 +272,7 @@ def fit_question_memory_cross(
     """:func:`fit_question_memory` without held-out states: cross-fitted on the memory.
 
     For a head fitted on a k-fold split of its own examples (the prototype head's
-    temperature fit, :class:`engine.heads.prototype.PrototypeClassifier`), every memory
+    temperature fit, :class:`clef_engine.heads.prototype.PrototypeClassifier`), every memory
     state is held out once: its neighbours are the states of the *other* folds, and its
     head probabilities those of the head fitted without its fold. The settings are chosen
     on those pairs; the memory then holds every state. This is what a run without a
@@ -418,7 +418,7 @@ def refit_memory(
 
     ``rows`` are ``(question type, question context, option names, state, probabilities
     now, probabilities before, label)``, the context being
-    :func:`~engine.heads.option_evidence.question_context` and the probabilities the
+    :func:`~clef_engine.heads.option_evidence.question_context` and the probabilities the
     head's under the new and the old calibration; rows of questions with the same
     fingerprint are pooled, as their memory is one. ``encode`` turns states into pooled
     vectors. A memory that no longer lowers the held-out NLL is removed (see
@@ -469,7 +469,7 @@ class ExampleMemory:
 
     def add(self, question_type: str, memory: QuestionMemory, context: str = "") -> None:
         """Keep ``memory`` for the question of this type, its option names and ``context``
-        (:func:`~engine.heads.option_evidence.question_context`)."""
+        (:func:`~clef_engine.heads.option_evidence.question_context`)."""
         self.questions[fingerprint(question_type, memory.names, context)] = memory
 
     def get(
@@ -511,7 +511,7 @@ class ExampleMemory:
     ) -> ExampleMemory:
         """Read ``memory.safetensors`` as ``description`` (``config.json["head"]["memory"]``)
         describes it; ``hidden_size``: the width the backbone's pooled vectors have."""
-        from engine.errors import ModelLoadError
+        from clef_engine.errors import ModelLoadError
 
         where = f"{directory / MEMORY_FILE}: does not match its config.json memory entry"
         if not isinstance(description, dict) or not all(

@@ -292,7 +292,7 @@ class OptionEvidenceHead(nn.Module):
 
     @classmethod
     def load(cls, directory: Path, description: dict[str, Any]) -> OptionEvidenceHead:
-        from engine.errors import ModelLoadError
+        from clef_engine.errors import ModelLoadError
 
         state = load_weights(directory, HEAD_FILE, "a head")
         path = directory / HEAD_FILE
@@ -322,7 +322,7 @@ def load_weights(directory: Path, filename: str, what: str) -> dict[str, torch.T
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from engine.errors import ModelLoadError
+    from clef_engine.errors import ModelLoadError
 
     path = directory / filename
     if not path.is_file():

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.calibration.temperature import fit_temperature
+from clef_engine.calibration.temperature import fit_temperature
 
 DEFAULT_L2 = 1e-5
 """Weight decay of the fitted head; chosen on a validation split carved from BANKING77 train."""

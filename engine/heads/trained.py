@@ -1,11 +1,11 @@
 """A fine-tuned model's head inside the engine, with zero-shot fallback.
 
 Questions the head was trained on (same type and option names) are scored by the
-:class:`~engine.heads.option_evidence.OptionEvidenceHead` on the adapted backbone's token
+:class:`~clef_engine.heads.option_evidence.OptionEvidenceHead` on the adapted backbone's token
 states (or, for a question trained with ``head="prototype"``, by the linear prototype
 head stored with it, on the adapted pooled vector), then calibrated (temperature,
 optional histogram binning) and, where the model dir has an example memory for the
-question (:mod:`engine.heads.memory`), mixed with the vote of its nearest training
+question (:mod:`clef_engine.heads.memory`), mixed with the vote of its nearest training
 states. Every other question is answered zero-shot by the *base*
 backbone (the adapter is not applied), exactly as an engine without a trained head would
 answer it; that base backbone is loaded the first time such a question arrives.
@@ -27,21 +27,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.calibration.temperature import Calibrator
-from engine.heads.memory import ExampleMemory
-from engine.heads.option_evidence import (
+from clef_engine.calibration.temperature import Calibrator
+from clef_engine.heads.memory import ExampleMemory
+from clef_engine.heads.option_evidence import (
     OptionEvidenceHead,
     fingerprint,
     pad_tokens,
     question_context,
 )
-from engine.heads.zero_shot import ZeroShotHead, prepare
-from engine.schema.questions import _Question
-from engine.schema.render import canonical_json
+from clef_engine.heads.zero_shot import ZeroShotHead, prepare
+from clef_engine.schema.questions import _Question
+from clef_engine.schema.render import canonical_json
 
 if TYPE_CHECKING:
-    from engine.runtime.engine import DecisionEngine, Scored
-    from engine.schema.request import DecisionRequest
+    from clef_engine.runtime.engine import DecisionEngine, Scored
+    from clef_engine.schema.request import DecisionRequest
 
 
 class TrainedHead:
@@ -149,7 +149,7 @@ class TrainedHead:
     def score_requests(
         self, engine: DecisionEngine, texts: list[str], requests: list[DecisionRequest]
     ) -> list[Scored]:
-        from engine.runtime.engine import Scored
+        from clef_engine.runtime.engine import Scored
 
         trained = [[q for q, v in r.questions.items() if self.knows(v)] for r in requests]
         probabilities: list[dict[str, torch.Tensor]] = [{} for _ in requests]
@@ -233,7 +233,7 @@ class TrainedHead:
         context: str = "",
     ) -> torch.Tensor:
         """Calibrated probabilities ``[B, n]`` (float64) for one question; ``context``: its
-        :func:`~engine.heads.option_evidence.question_context`."""
+        :func:`~clef_engine.heads.option_evidence.question_context`."""
         device = next(self.module.parameters()).device
         raw = self.module.prototype_logits(question_type, names, pooled.to(device), context)
         if raw is None:

@@ -11,8 +11,8 @@ logits with a temperature per (question type, option-count bucket):
 
 Options with ``examples`` switch the question to a :class:`PrototypeClassifier` fitted on
 the example embeddings; it carries its own cross-validated temperature. When there are
-enough examples (:data:`engine.heads.memory.MIN_HELD_OUT`), the same folds also fit an
-example memory (:mod:`engine.heads.memory`, cross-fitted): the nearest examples of a
+enough examples (:data:`clef_engine.heads.memory.MIN_HELD_OUT`), the same folds also fit an
+example memory (:mod:`clef_engine.heads.memory`, cross-fitted): the nearest examples of a
 state vote, and the vote is mixed with the classifier's probabilities where that lowered
 the examples' out-of-fold NLL.
 """
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.calibration.temperature import Calibrator
-from engine.heads.memory import FLOOR, QuestionMemory
-from engine.heads.prototype import PrototypeClassifier
-from engine.schema.questions import Choice, Noul, Score, _Question
+from clef_engine.calibration.temperature import Calibrator
+from clef_engine.heads.memory import FLOOR, QuestionMemory
+from clef_engine.heads.prototype import PrototypeClassifier
+from clef_engine.schema.questions import Choice, Noul, Score, _Question
 
 NOUL_ONE_SIDED = "noul/one_sided"
 

@@ -6,7 +6,7 @@ quantization applies to the merged weights). A DoRA adapter (``use_dora``, Liu e
 2024) also carries a magnitude ``m`` per output feature: the merged weight is then
 ``m * V / ||V||`` with ``V = W + scaling * B @ A`` and the norm taken over each output
 row, as peft merges it. Training writes the adapter with peft
-(``engine.train``); only that package's standard files are read here:
+(``clef_engine.train``); only that package's standard files are read here:
 ``adapter_config.json`` and ``adapter_model.safetensors``.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from engine.errors import ModelLoadError
+from clef_engine.errors import ModelLoadError
 
 ADAPTER_DIR = "adapter"
 ADAPTER_CONFIG = "adapter_config.json"

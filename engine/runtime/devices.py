@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.errors import DeviceUnavailableError
+from clef_engine.errors import DeviceUnavailableError
 
 
 def _mps_available() -> bool:

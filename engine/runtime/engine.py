@@ -5,7 +5,7 @@ embedded once and cached; every option of every question is scored in one matrix
 A batch of requests shares padded forward passes.
 
 Example:
-    >>> from engine import DecisionEngine, Choice
+    >>> from clef_engine import DecisionEngine, Choice
     >>> engine = DecisionEngine()                       # embedded all-MiniLM-L6-v2, offline
     >>> result = engine.decide(
     ...     "My card still hasn't arrived after two weeks",
@@ -31,21 +31,21 @@ from typing import Any
 
 import torch
 
-from engine.backbones import PACKAGED, Backbone, load_backbone
-from engine.backbones.vision import requests as vision
-from engine.calibration.temperature import Calibrator
-from engine.errors import (
+from clef_engine.backbones import PACKAGED, Backbone, load_backbone
+from clef_engine.backbones.vision import requests as vision
+from clef_engine.calibration.temperature import Calibrator
+from clef_engine.errors import (
     ClefError,
     InvalidRequestError,
     StateTooLargeError,
     UnsupportedQuestionError,
 )
-from engine.heads.memory import fit_question_memory_cross
-from engine.heads.prototype import PrototypeClassifier
-from engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
-from engine.runtime import general, model_dir
-from engine.runtime.devices import select_device, select_dtype
-from engine.schema.answers import (
+from clef_engine.heads.memory import fit_question_memory_cross
+from clef_engine.heads.prototype import PrototypeClassifier
+from clef_engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
+from clef_engine.runtime import general, model_dir
+from clef_engine.runtime.devices import select_device, select_dtype
+from clef_engine.schema.answers import (
     Answer,
     ChoiceAnswer,
     DecisionResult,
@@ -55,10 +55,10 @@ from engine.schema.answers import (
     choice_confidence,
     score_confidence,
 )
-from engine.schema.limits import MAX_STATE_CHARS
-from engine.schema.questions import _Question
-from engine.schema.render import canonical_json, render_value
-from engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
+from clef_engine.schema.limits import MAX_STATE_CHARS
+from clef_engine.schema.questions import _Question
+from clef_engine.schema.render import canonical_json, render_value
+from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
 Questions = Mapping[str, _Question | Mapping[str, Any]]
 """Questions keyed by id: question objects or wire-format dicts."""
@@ -159,7 +159,7 @@ class DecisionEngine:
         warmup: Run one forward at construction so the first call is not slow.
         scorer: ``"general"`` (default): on the embedded model, the general decision
             model shipped in the package (a LoRA adapter trained on many decision tasks,
-            :mod:`engine.runtime.general`); ``"similarity"``: the bare embedding
+            :mod:`clef_engine.runtime.general`); ``"similarity"``: the bare embedding
             similarity of earlier releases. Other backbones and paths ignore it.
     """
 
@@ -270,7 +270,7 @@ class DecisionEngine:
                 self.backbone.model = self.backbone.model.to(target, dtype=dtype)  # type: ignore[attr-defined]
                 self.backbone.device, self.backbone.dtype = target, dtype
             head_mover = getattr(self.head, "to", None)
-            if callable(head_mover):  # an ensemble's members (engine.heads.ensemble)
+            if callable(head_mover):  # an ensemble's members (clef_engine.heads.ensemble)
                 head_mover(target)
             if self._examples is not None:
                 self._examples.to(target)
@@ -319,7 +319,7 @@ class DecisionEngine:
     def _fit_prototypes(self, prepared: PreparedQuestion, specs: list[Any]) -> PrototypeClassifier:
         """The prototype head of a question whose options carry examples, and (into
         ``prepared.memory``) the example memory cross-fitted on its folds, when one lowers
-        the out-of-fold NLL (:func:`engine.heads.memory.fit_question_memory_cross`)."""
+        the out-of-fold NLL (:func:`clef_engine.heads.memory.fit_question_memory_cross`)."""
         texts: list[str] = []
         labels: list[int] = []
         for i, spec in enumerate(specs):
@@ -459,7 +459,7 @@ class DecisionEngine:
         state is encoded once per request and the head scores the options.
         """
         custom = getattr(self.backbone, "score_requests", None)
-        if custom is None:  # a trained head (engine.heads.trained) scores by itself too
+        if custom is None:  # a trained head (clef_engine.heads.trained) scores by itself too
             custom = getattr(self.head, "score_requests", None)
         if custom is not None:
             return list(custom(self, texts, requests))

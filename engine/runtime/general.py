@@ -1,7 +1,7 @@
 """The general decision model shipped inside the package: the engine's default scorer.
 
 ``engine/data/general/`` is a model dir (``config.json`` + ``adapter/``, a LoRA adapter
-in peft's format) trained by :mod:`engine.train.general` on the decision mixture. It sits
+in peft's format) trained by :mod:`clef_engine.train.general` on the decision mixture. It sits
 on top of the packaged all-MiniLM-L6-v2 weights: loading merges the adapter into the
 encoder once (so it runs exactly as fast as the bare model), and the zero-shot head reads
 option texts with the question's instructions in front (``prompted``), as the model was
@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.calibration.temperature import Calibrator
-from engine.errors import ModelLoadError
+from clef_engine.calibration.temperature import Calibrator
+from clef_engine.errors import ModelLoadError
 
 GENERAL_DIR = Path(__file__).resolve().parent.parent / "data" / "general"
 """The packaged general model dir."""
@@ -60,12 +60,12 @@ def is_prompted(data: dict[str, Any]) -> bool:
 def adapt_backbone(backbone: Any, directory: Path, quantize: str | None) -> str:
     """Merge ``directory/adapter`` into the encoder ``backbone`` (built unquantized), then
     quantize it to int8 if asked; returns a digest of the adapter weights."""
-    from engine.runtime.adapter import ADAPTER_DIR, merge_lora
+    from clef_engine.runtime.adapter import ADAPTER_DIR, merge_lora
 
     adapter = directory / ADAPTER_DIR
     merge_lora(backbone.model, adapter)
     if quantize is not None:
-        from engine.backbones.encoder import _quantize_int8
+        from clef_engine.backbones.encoder import _quantize_int8
 
         if quantize != "int8" or backbone.device.type != "cpu":
             raise ValueError("quantize: only 'int8' on the CPU is supported")

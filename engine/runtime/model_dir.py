@@ -6,14 +6,14 @@ Layout::
                           "backbone": {"kind", "path", ...}, "calibration": {...},
                           "head": {...}}
     head.safetensors     trained head weights (when the engine has a trained head)
-    memory.safetensors   example memory of trained questions (engine.heads.memory)
+    memory.safetensors   example memory of trained questions (clef_engine.heads.memory)
     adapter/             peft LoRA adapter (when fine-tuned)
     backbone/            a copy of the backbone (only with ``copy_backbone=True``)
 
-An ensemble (``TrainConfig(ensemble=K)``, :mod:`engine.train.ensemble`) holds K such dirs
+An ensemble (``TrainConfig(ensemble=K)``, :mod:`clef_engine.train.ensemble`) holds K such dirs
 and names them instead of a backbone: ``{"format", "format_version", "ensemble":
 ["members/0", ...], "calibration": {...}}`` (and ``model_name`` when set); the calibration
-is that of the members' mean answers (:mod:`engine.heads.ensemble`).
+is that of the members' mean answers (:mod:`clef_engine.heads.ensemble`).
 
 A directory without our ``config.json`` but with a Hugging Face ``config.json`` is taken
 as a bare backbone: causal LMs load as ``decoder``, everything else as ``encoder``.
@@ -28,14 +28,14 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.backbones import BACKBONES, PACKAGED
-from engine.calibration.temperature import Calibrator
-from engine.errors import ClefError, ModelLoadError
-from engine.runtime.adapter import ADAPTER_DIR
-from engine.runtime.general import is_prompted
+from clef_engine.backbones import BACKBONES, PACKAGED
+from clef_engine.calibration.temperature import Calibrator
+from clef_engine.errors import ClefError, ModelLoadError
+from clef_engine.runtime.adapter import ADAPTER_DIR
+from clef_engine.runtime.general import is_prompted
 
 if TYPE_CHECKING:
-    from engine.runtime.engine import DecisionEngine
+    from clef_engine.runtime.engine import DecisionEngine
 
 FORMAT = "clef-agents"
 FORMAT_VERSION = 1
@@ -98,7 +98,7 @@ def _number(value: Any) -> bool:
 
 def read_calibrator(data: dict[str, Any], where: Path) -> Calibrator:
     """The ``calibration`` section of ``config.json``, each value checked."""
-    from engine.calibration.histogram import HistogramBinning
+    from clef_engine.calibration.histogram import HistogramBinning
 
     section = data.get("calibration") or {}
     if not isinstance(section, dict):
@@ -210,7 +210,7 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
 
 def _check_head(head: dict[str, Any], where: Path) -> None:
     """The shape of a trained ``head`` entry; its values are checked against the weights
-    when the head loads (:meth:`~engine.heads.option_evidence.OptionEvidenceHead.load`)."""
+    when the head loads (:meth:`~clef_engine.heads.option_evidence.OptionEvidenceHead.load`)."""
     if not isinstance(head.get("config"), dict):
         raise bad_field(where, "head.config", f"must be an object; got {head.get('config')!r}")
     for name in ("questions", "memory"):
@@ -233,7 +233,7 @@ def _rebuild_backbone(
     """
     import inspect
 
-    from engine.backbones import backbone_factory
+    from clef_engine.backbones import backbone_factory
 
     factory = backbone_factory(kind)
     accepted = inspect.signature(factory).parameters
@@ -274,11 +274,11 @@ def _load_trained(
     kwargs: dict[str, Any],
 ) -> DecisionEngine:
     """A fine-tuned model: LoRA merged into the backbone, the trained head on top."""
-    from engine.backbones import load_backbone
-    from engine.heads.memory import ExampleMemory
-    from engine.heads.option_evidence import HEAD_FILE, OptionEvidenceHead
-    from engine.heads.trained import TrainedHead, weights_digest
-    from engine.runtime.adapter import merge_lora
+    from clef_engine.backbones import load_backbone
+    from clef_engine.heads.memory import ExampleMemory
+    from clef_engine.heads.option_evidence import HEAD_FILE, OptionEvidenceHead
+    from clef_engine.heads.trained import TrainedHead, weights_digest
+    from clef_engine.runtime.adapter import merge_lora
 
     kwargs.pop("backbone", None)
     device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
@@ -287,7 +287,7 @@ def _load_trained(
     if (directory / ADAPTER_DIR).is_dir():
         merge_lora(backbone.model, directory / ADAPTER_DIR)  # type: ignore[attr-defined]
     if quantize is not None:
-        from engine.backbones.encoder import _quantize_int8
+        from clef_engine.backbones.encoder import _quantize_int8
 
         if quantize != "int8" or backbone.device.type != "cpu":
             raise ValueError("quantize: only 'int8' on the CPU is supported")
@@ -315,7 +315,7 @@ def _load_trained(
             )
 
         memory = None
-        if info.get("memory"):  # kNN memory of the training states (engine.heads.memory)
+        if info.get("memory"):  # kNN memory of the training states (clef_engine.heads.memory)
             memory = ExampleMemory.load(directory, info["memory"], hidden_size=backbone.hidden_size)
         engine.head = TrainedHead(  # type: ignore[assignment]
             module,
@@ -338,7 +338,7 @@ def _load_ensemble(
     cls: type[DecisionEngine], directory: Path, data: dict[str, Any], kwargs: dict[str, Any]
 ) -> DecisionEngine:
     """An ensemble: each member loaded from its own dir, their mean as the head."""
-    from engine.heads.ensemble import EnsembleHead
+    from clef_engine.heads.ensemble import EnsembleHead
 
     where = directory / CONFIG
     names = data["ensemble"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.schema.answers import (
+from clef_engine.schema.answers import (
     Answer,
     BoxAnswer,
     BoxCoords,
@@ -15,9 +15,9 @@ from engine.schema.answers import (
     choice_confidence,
     score_confidence,
 )
-from engine.schema.questions import Box, Choice, Noul, OptionSpec, Question, Score, readable
-from engine.schema.render import render_value
-from engine.schema.request import (
+from clef_engine.schema.questions import Box, Choice, Noul, OptionSpec, Question, Score, readable
+from clef_engine.schema.render import render_value
+from clef_engine.schema.request import (
     DEFAULT_MODEL,
     IMAGE_PLACEHOLDER,
     DecisionRequest,

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from engine.schema.limits import (
+from clef_engine.schema.limits import (
     MAX_CHOICE_OPTIONS,
     MAX_EXAMPLES_PER_OPTION,
     MAX_OPTION_NAME_CHARS,
@@ -27,7 +27,7 @@ from engine.schema.limits import (
     MIN_CHOICE_OPTIONS,
     MIN_SCORE_LEVELS,
 )
-from engine.schema.render import render_value, surrogate_message
+from clef_engine.schema.render import render_value, surrogate_message
 
 JSONText = str | dict[str, Any] | list[Any]
 """Instructions and descriptions: a string or structured JSON."""

@@ -12,8 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.errors import InvalidRequestError
-from engine.schema.limits import MAX_JSON_DEPTH
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.limits import MAX_JSON_DEPTH
 
 _ROLE_ALIASES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 

@@ -9,11 +9,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator
 
-from engine.errors import InvalidRequestError
-from engine.schema.image_limits import MAX_ASSET_KEY_CHARS, MAX_IMAGES
-from engine.schema.limits import MAX_QUESTION_ID_CHARS, MAX_QUESTIONS
-from engine.schema.questions import Question
-from engine.schema.render import (
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.image_limits import MAX_ASSET_KEY_CHARS, MAX_IMAGES
+from clef_engine.schema.limits import MAX_QUESTION_ID_CHARS, MAX_QUESTIONS
+from clef_engine.schema.questions import Question
+from clef_engine.schema.render import (
     find_lone_surrogate,
     message_to_dict,
     printable,
@@ -45,7 +45,7 @@ class DecisionRequest(BaseModel):
     """A ``/v1/systemone`` request.
 
     Example:
-        >>> from engine.schema import Choice
+        >>> from clef_engine.schema import Choice
         >>> req = DecisionRequest(state="refund me", questions={"q": Choice(
         ...     instructions="Route", criteria=["billing", "tech"])})
         >>> sorted(req.questions)

@@ -3,7 +3,7 @@
 The few-shot recipe trains the adapters with a contrastive loss instead and fits a
 prototype head on the adapted vectors (``TrainConfig(head="prototype",
 contrastive_steps=30)``). ``TrainConfig(ensemble=K)`` trains K runs into one model dir
-that answers with their recalibrated mean (:mod:`engine.train.ensemble`).
+that answers with their recalibrated mean (:mod:`clef_engine.train.ensemble`).
 
 Needs the ``[train]`` extra (``pip install 'clef-agents[train]'``) for LoRA; data loading
 and the losses work without it.
@@ -11,8 +11,8 @@ and the losses work without it.
 
 from __future__ import annotations
 
-from engine.train.contrastive import supervised_contrastive_loss
-from engine.train.data import (
+from clef_engine.train.contrastive import supervised_contrastive_loss
+from clef_engine.train.data import (
     Example,
     TrainingDataError,
     TrainingSet,
@@ -23,15 +23,15 @@ from engine.train.data import (
     sample_per_label,
     split,
 )
-from engine.train.losses import (
+from clef_engine.train.losses import (
     brier,
     decision_loss,
     partial_credit,
     ranked_probability_score,
     symmetric_kl,
 )
-from engine.train.rl import rl_loss
-from engine.train.trainer import TrainConfig, Trainer, TrainResult
+from clef_engine.train.rl import rl_loss
+from clef_engine.train.trainer import TrainConfig, Trainer, TrainResult
 
 __all__ = [
     "Example",

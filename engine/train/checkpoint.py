@@ -1,6 +1,6 @@
 """The trainer's weights as a state: kept epochs, the weight average, checkpoints.
 
-:class:`CheckpointState` is a part of :class:`engine.train.trainer.Trainer`. A state is the
+:class:`CheckpointState` is a part of :class:`clef_engine.train.trainer.Trainer`. A state is the
 trained weights by name (``head.*``, ``lora.*``, as ``Trainer._trainable`` names them); a
 checkpoint (``checkpoint/state.safetensors`` + ``meta.json``, written after every epoch)
 also holds the kept epoch's state, the average, and the optimizer and scheduler, so
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from engine.train.forward import ModelForward
+from clef_engine.train.forward import ModelForward
 
 
 class CheckpointState(ModelForward):

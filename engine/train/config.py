@@ -90,7 +90,7 @@ class TrainConfig:
     histogram: bool = False
     """Fit histogram binning after the temperature (needs a large validation split)."""
     memory: bool = True
-    """Keep an example memory per question (:mod:`engine.heads.memory`): the adapted vectors
+    """Keep an example memory per question (:mod:`clef_engine.heads.memory`): the adapted vectors
     of its training states vote with the head (kNN mixture), with ``k``, ``tau``, the
     mixture weight and its temperature chosen on the validation split; a question keeps
     none where no mixture lowers the validation NLL. Without a validation split
@@ -124,7 +124,7 @@ class TrainConfig:
     ensemble: int = 1
     """Train this many runs of the recipe, seeds ``seed`` .. ``seed + ensemble - 1``, into
     ``members/0`` .. of the model dir; the engine averages their calibrated answers
-    (example memories included; :mod:`engine.train.ensemble`). By default each member holds
+    (example memories included; :mod:`clef_engine.train.ensemble`). By default each member holds
     out its own validation split (``shared_split``) and is the single run of its seed, and
     the mean gets no temperature of its own (``ensemble_temperature``). ``ensemble`` times
     the training time and the backbone passes per decision. On BANKING77
@@ -138,7 +138,7 @@ class TrainConfig:
     """How much of the validation split of ``split_seed`` a run holds out when ``split_seed``
     is not its ``seed``, as for the members 1.. of an ensemble: per label that share of it,
     the rest drawn with ``seed`` from the other states
-    (:func:`~engine.train.data.split_indices`). 0: each member holds out the split of its
+    (:func:`~clef_engine.train.data.split_indices`). 0: each member holds out the split of its
     own seed, as its single run would; 1: every member holds out the split of
     ``split_seed``; in between, part of each. ``None`` (default):
     ``ENSEMBLE_SHARED_SPLIT`` (0) in an ensemble, 1 otherwise. A value needs

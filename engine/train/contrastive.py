@@ -5,7 +5,7 @@ contrastive loss (Khosla et al. 2020) on the pooled, normalised state vectors, i
 spirit of SetFit (Tunstall et al. 2022): each step samples ``per_label`` states of every
 label of one question (plus the option's own text, which counts as one more state of
 its label), and every state is pulled towards the others of its label and pushed from
-the rest of the batch. A prototype head (:mod:`engine.heads.prototype`) fitted on the
+the rest of the batch. A prototype head (:mod:`clef_engine.heads.prototype`) fitted on the
 adapted vectors then separates the labels better than on the base vectors: on BANKING77
 with 10 examples per intent, 85.90 % before and 87.11 % after 30 steps (mean of 3 seeds,
 ``docs/finetune.md``).

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import InvalidRequestError
-from engine.schema.questions import Choice, Noul, Score, _Question
-from engine.schema.render import render_value
-from engine.schema.request import questions_from
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.questions import Choice, Noul, Score, _Question
+from clef_engine.schema.render import render_value
+from clef_engine.schema.request import questions_from
 
 TEXT_COLUMNS = ("text", "state", "utterance", "sentence")
 LABEL_COLUMNS = ("label", "category", "intent", "answer")

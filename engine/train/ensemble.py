@@ -7,7 +7,7 @@ their calibrated answers is right more often than the average member (BANKING77 
 :func:`fit_ensemble` trains ``ensemble`` runs with seeds ``seed``, ``seed + 1``, ... (each
 its own initialisation, batch order and dropout). Their validation splits are carved from
 the split of ``split_seed`` (default ``seed``) by ``shared_split``
-(:func:`~engine.train.data.split_indices`): each member keeps that share of it, per
+(:func:`~clef_engine.train.data.split_indices`): each member keeps that share of it, per
 label, and draws the rest of its held-out states with its own seed. The default
 (``ENSEMBLE_SHARED_SPLIT``, 0) shares nothing: member i holds out the split of its own
 seed and is the single run of ``seed + i``; with 1 every member holds out exactly the
@@ -28,9 +28,9 @@ Layout::
     config.json        {"format": "clef-agents", "ensemble": ["members/0", "members/1"],
                         "calibration": {...}}
     training.json      the ensemble's validation metrics and each member's report
-    members/0/ ...     a model dir as :class:`~engine.train.trainer.Trainer` writes it
+    members/0/ ...     a model dir as :class:`~clef_engine.train.trainer.Trainer` writes it
 
-``DecisionEngine.from_pretrained`` loads it (:mod:`engine.heads.ensemble`).
+``DecisionEngine.from_pretrained`` loads it (:mod:`clef_engine.heads.ensemble`).
 """
 
 from __future__ import annotations
@@ -48,16 +48,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.backbones import PACKAGED
-from engine.calibration.fit import fit_calibrator
-from engine.calibration.temperature import Calibrator
-from engine.runtime.model_dir import CONFIG, ENSEMBLE_DIR, FORMAT, FORMAT_VERSION
-from engine.train.config import ENSEMBLE_SHARED_SPLIT, TrainResult
-from engine.train.data import TrainingDataError, TrainingSet, split_indices
-from engine.train.forward import _ece_after
+from clef_engine.backbones import PACKAGED
+from clef_engine.calibration.fit import fit_calibrator
+from clef_engine.calibration.temperature import Calibrator
+from clef_engine.runtime.model_dir import CONFIG, ENSEMBLE_DIR, FORMAT, FORMAT_VERSION
+from clef_engine.train.config import ENSEMBLE_SHARED_SPLIT, TrainResult
+from clef_engine.train.data import TrainingDataError, TrainingSet, split_indices
+from clef_engine.train.forward import _ece_after
 
 if TYPE_CHECKING:
-    from engine.train.trainer import Trainer
+    from clef_engine.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def fit_ensemble(
         TrainingDataError: With ``ensemble_temperature``, a question has no states that
             every member holds out.
     """
-    from engine.train.trainer import CHECKPOINT_DIR, Trainer
+    from clef_engine.train.trainer import CHECKPOINT_DIR, Trainer
 
     started = time.perf_counter()
     cfg = trainer.config
@@ -314,7 +314,7 @@ def _calibrate(
 
 
 def _fingerprint(data: TrainingSet, qid: str) -> str:
-    from engine.heads.option_evidence import fingerprint, question_context
+    from clef_engine.heads.option_evidence import fingerprint, question_context
 
     question = data.questions[qid]
     return fingerprint(
@@ -324,7 +324,7 @@ def _fingerprint(data: TrainingSet, qid: str) -> str:
 
 def _row_keys(data: TrainingSet, held_out: list[int]) -> dict[str, list[tuple[str, int]]]:
     """Per fingerprint, ``(question id, example index)`` of each row of a member's
-    :attr:`~engine.train.trainer.Trainer.held_out` answers, in their order: the group's
+    :attr:`~clef_engine.train.trainer.Trainer.held_out` answers, in their order: the group's
     questions in ``data.questions`` order, each over the held-out examples it labels."""
     keys: dict[str, list[tuple[str, int]]] = {}
     for qid in data.questions:

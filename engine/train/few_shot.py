@@ -1,9 +1,9 @@
 """The few-shot stages of the trainer: the contrastive stage on the LoRA adapters and the
 (semi-supervised) prototype head fitted on the adapted vectors.
 
-:class:`FewShotStages` is a part of :class:`engine.train.trainer.Trainer`; its methods use
+:class:`FewShotStages` is a part of :class:`clef_engine.train.trainer.Trainer`; its methods use
 the trainer's backbone, adapted model and head. The loss and the step sampler are in
-:mod:`engine.train.contrastive`, the head in :mod:`engine.heads.prototype`.
+:mod:`clef_engine.train.contrastive`, the head in :mod:`clef_engine.heads.prototype`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 import torch
 
-from engine.heads.memory import ExampleMemory, fit_question_memory_cross
-from engine.heads.option_evidence import question_context
-from engine.heads.prototype import PrototypeClassifier
-from engine.heads.zero_shot import option_texts
-from engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
-from engine.train.data import TrainingDataError, TrainingSet
-from engine.train.forward import ModelForward
+from clef_engine.heads.memory import ExampleMemory, fit_question_memory_cross
+from clef_engine.heads.option_evidence import question_context
+from clef_engine.heads.prototype import PrototypeClassifier
+from clef_engine.heads.zero_shot import option_texts
+from clef_engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
+from clef_engine.train.data import TrainingDataError, TrainingSet
+from clef_engine.train.forward import ModelForward
 
 CONTRASTIVE_CHUNK = 32
 """States per backbone forward inside one contrastive step (sorted by length first)."""
@@ -72,7 +72,7 @@ class FewShotStages(ModelForward):
         return texts, members
 
     def contrast(self, train: TrainingSet) -> dict[str, float]:
-        """The contrastive stage (:mod:`engine.train.contrastive`) on the LoRA adapters.
+        """The contrastive stage (:mod:`clef_engine.train.contrastive`) on the LoRA adapters.
 
         Step ``s`` of ``contrastive_steps`` takes the questions in turn (those with at least
         two labels) and samples ``contrastive_per_label`` members of each label; the
@@ -157,13 +157,13 @@ class FewShotStages(ModelForward):
         ``unlabeled`` states (encoded once; :meth:`fit` has already dropped repeats and
         labelled states, see :meth:`_unlabeled_pool`) are pseudo-labelled for every
         question by the head fitted on its labelled states, at most ``pseudo_per_label``
-        per option, and join a second fit (:class:`~engine.heads.prototype.PrototypeClassifier`);
+        per option, and join a second fit (:class:`~clef_engine.heads.prototype.PrototypeClassifier`);
         the temperature still comes from the labelled states alone. Every question sees
         every unlabelled state, also in data where each question is asked of only some
         states.
 
         ``memory``: also fit a cross-fitted example memory per question
-        (:func:`~engine.heads.memory.fit_question_memory_cross`) into :attr:`memory`: the
+        (:func:`~clef_engine.heads.memory.fit_question_memory_cross`) into :attr:`memory`: the
         head's examples, encoded as the loaded model will encode states, each voted on by
         the examples of the other folds of the temperature's split and scored against
         the head fitted without its fold. The trainer asks for it when there is no

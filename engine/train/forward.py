@@ -1,8 +1,8 @@
 """The trainer's model and its forward passes: features, logits per question, evaluation.
 
-:class:`ModelForward` is the base of :class:`engine.train.trainer.Trainer` and of its stage
-mixins (:mod:`engine.train.few_shot`, :mod:`engine.train.memory`, :mod:`engine.train.rl`,
-:mod:`engine.train.checkpoint`): it declares the state :meth:`Trainer.build` sets and
+:class:`ModelForward` is the base of :class:`clef_engine.train.trainer.Trainer` and of its stage
+mixins (:mod:`clef_engine.train.few_shot`, :mod:`clef_engine.train.memory`, :mod:`clef_engine.train.rl`,
+:mod:`clef_engine.train.checkpoint`): it declares the state :meth:`Trainer.build` sets and
 computes what every stage reads from the model.
 """
 
@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.calibration.metrics import expected_calibration_error
-from engine.heads.option_evidence import OptionEvidenceHead, pad_tokens, question_context
-from engine.train.data import TrainingSet
+from clef_engine.calibration.metrics import expected_calibration_error
+from clef_engine.heads.option_evidence import OptionEvidenceHead, pad_tokens, question_context
+from clef_engine.train.data import TrainingSet
 
 if TYPE_CHECKING:
-    from engine.backbones.encoder import EncoderBackbone
-    from engine.heads.memory import ExampleMemory
-    from engine.train.config import TrainConfig
+    from clef_engine.backbones.encoder import EncoderBackbone
+    from clef_engine.heads.memory import ExampleMemory
+    from clef_engine.train.config import TrainConfig
 
 
 class ModelForward:

@@ -3,9 +3,9 @@
 The zero-shot scorer compares a state's vector with each option's vector. A bare
 sentence-similarity model answers yes/no questions poorly ("Is the customer angry?" is
 about as similar to an angry message as to a calm one). Here the backbone learns, on the
-decision mixture (:mod:`engine.train.mixture`), to place a state near the option text
+decision mixture (:mod:`clef_engine.train.mixture`), to place a state near the option text
 that answers the question, where each option text carries the question's instructions
-(:func:`engine.heads.zero_shot.option_texts` with ``prompted=True``): "Is the customer
+(:func:`clef_engine.heads.zero_shot.option_texts` with ``prompted=True``): "Is the customer
 angry? yes" against "Is the customer angry? no".
 
 One step draws a batch of decisions from one data set (so the batch shares its option
@@ -20,7 +20,7 @@ The run is resumable: a checkpoint (adapter, scales, optimizer, step) is written
 (seed, step), so a resumed run sees the same batches.
 
 Command:
-    python -m engine.train.general --data ../shared/data/decision-mix --out general-model
+    python -m clef_engine.train.general --data ../shared/data/decision-mix --out general-model
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from engine.heads.zero_shot import option_texts
-from engine.train.mixture import Item, MixtureSampler, load_mixture
+from clef_engine.heads.zero_shot import option_texts
+from clef_engine.train.mixture import Item, MixtureSampler, load_mixture
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ MODEL_NAME = "clef-general-minilm"
 
 def split_rows(sets: dict[str, Any], fraction: float, seed: int) -> dict[str, Any]:
     """Move ``fraction`` of each set's training rows into a calibration set (returned)."""
-    from engine.train.mixture import DataSet
+    from clef_engine.train.mixture import DataSet
 
     held: dict[str, DataSet] = {}
     for name, ds in sets.items():
@@ -79,8 +79,8 @@ class GeneralTrainer:
     ) -> None:
         import peft
 
-        from engine.backbones import load_backbone
-        from engine.train.trainer import _default_targets
+        from clef_engine.backbones import load_backbone
+        from clef_engine.train.trainer import _default_targets
 
         torch.manual_seed(seed)
         # fp32 on every device: the adapter trains in full precision.
@@ -283,7 +283,7 @@ class GeneralTrainer:
 
     def save_adapter(self, directory: Path) -> None:
         """``directory/adapter/`` in peft's format (what the engine merges at load)."""
-        from engine.backbones import PACKAGED
+        from clef_engine.backbones import PACKAGED
 
         adapter = directory / "adapter"
         self.model.save_pretrained(str(adapter))
@@ -308,7 +308,7 @@ def raw_logits(engine: Any, items: Sequence[Item], batch: int = 64) -> list[torc
 
 def fit_general_calibration(engine: Any, items: Sequence[Item], source: str) -> Any:
     """Temperatures per (type, bucket) on held-out mixture items."""
-    from engine.calibration.fit import fit_calibrator
+    from clef_engine.calibration.fit import fit_calibrator
 
     logits = raw_logits(engine, items)
     return fit_calibrator(
@@ -329,9 +329,9 @@ def write_model_dir(
     excluded: Sequence[str],
 ) -> Path:  # fmt: skip
     """Adapter + config.json with fp32 and int8 calibrations fitted on ``held``."""
-    from engine.backbones import PACKAGED
-    from engine.calibration.temperature import Calibrator
-    from engine.runtime.engine import DecisionEngine
+    from clef_engine.backbones import PACKAGED
+    from clef_engine.calibration.temperature import Calibrator
+    from clef_engine.runtime.engine import DecisionEngine
 
     out.mkdir(parents=True, exist_ok=True)
     trainer.save_adapter(out)
@@ -348,7 +348,7 @@ def write_model_dir(
     source = (
         f"held-out decision-mix training rows ({len(items)} questions"
         + (f"; sets left out: {', '.join(excluded)}" if excluded else "")
-        + "), engine.train.general"
+        + "), clef_engine.train.general"
     )
     for quantize, field in ((None, "calibration"), ("int8", "calibration_int8")):
         engine = DecisionEngine.from_pretrained(

@@ -1,6 +1,6 @@
-"""The trainer's last stage: an example memory per question (:mod:`engine.heads.memory`).
+"""The trainer's last stage: an example memory per question (:mod:`clef_engine.heads.memory`).
 
-:class:`MemoryStage` is a part of :class:`engine.train.trainer.Trainer`; it encodes the
+:class:`MemoryStage` is a part of :class:`clef_engine.train.trainer.Trainer`; it encodes the
 training states with the adapted model, as the loaded model dir will, and chooses the
 memory's settings on the validation split.
 """
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.heads.memory import ExampleMemory, fit_question_memory
-from engine.heads.option_evidence import question_context
-from engine.train.data import TrainingSet
-from engine.train.forward import ModelForward
+from clef_engine.heads.memory import ExampleMemory, fit_question_memory
+from clef_engine.heads.option_evidence import question_context
+from clef_engine.train.data import TrainingSet
+from clef_engine.train.forward import ModelForward
 
 if TYPE_CHECKING:
-    from engine.calibration.temperature import Calibrator
+    from clef_engine.calibration.temperature import Calibrator
 
 
 class MemoryStage(ModelForward):
@@ -29,7 +29,7 @@ class MemoryStage(ModelForward):
     def fit_memory(
         self, train: TrainingSet, val: TrainingSet, calibration: Calibrator
     ) -> dict[str, dict[str, float]]:
-        """An example memory per question (:mod:`engine.heads.memory`) into ``self.memory``.
+        """An example memory per question (:mod:`clef_engine.heads.memory`) into ``self.memory``.
 
         The memory holds the adapted vectors of the question's states in ``train`` (at most
         ``memory_max_states``); ``k``, ``tau``, the mixture weight and its temperature are

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from engine.schema.questions import Choice, Noul, Score, _Question, readable
+from clef_engine.schema.questions import Choice, Noul, Score, _Question, readable
 
 T = TypeVar("T")
 

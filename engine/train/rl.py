@@ -26,9 +26,9 @@ import random
 
 import torch
 
-from engine.train.data import TrainingSet
-from engine.train.forward import ModelForward
-from engine.train.losses import partial_credit
+from clef_engine.train.data import TrainingSet
+from clef_engine.train.forward import ModelForward
+from clef_engine.train.losses import partial_credit
 
 
 def rl_loss(
@@ -57,7 +57,7 @@ def rl_loss(
 
 
 class ReinforceStage(ModelForward):
-    """The RL stage of :class:`engine.train.trainer.Trainer` (``rl_epochs > 0``): the head
+    """The RL stage of :class:`clef_engine.train.trainer.Trainer` (``rl_epochs > 0``): the head
     is trained on :func:`rl_loss` over the trainer's features, the adapters stay fixed."""
 
     def reinforce(self, train: TrainingSet, val: TrainingSet) -> list[dict[str, float]]:

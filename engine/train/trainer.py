@@ -6,7 +6,7 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
 2. embed every option text once with the *base* backbone; these vectors start the
    head's option bank for the trained questions;
 3. optionally a contrastive stage on the LoRA adapters (``contrastive_steps``,
-   :mod:`engine.train.contrastive`);
+   :mod:`clef_engine.train.contrastive`);
 4. ``head="option_evidence"`` (default): train LoRA adapters (peft) and the head with
    label-smoothed CE + lambda * Brier (+ RPS for score questions); all questions about a
    state share one backbone pass; keep the latest epoch whose validation accuracy is
@@ -16,11 +16,11 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
    question on the (adapted) pooled vectors of the training states (the few-shot recipe),
    semi-supervised when unlabelled states are given (``fit(..., unlabeled=texts)``:
    pseudo-labels from the head fitted on the labelled states join a second fit);
-5. optionally an RL stage (:mod:`engine.train.rl`) on the head;
+5. optionally an RL stage (:mod:`clef_engine.train.rl`) on the head;
 6. fit temperatures (and optional histogram binning) on the validation split;
 7. ``memory=True`` (default): an example memory per question, the adapted vectors of its
    training states, whose nearest-neighbour vote is mixed with the head's probabilities
-   (:mod:`engine.heads.memory`; settings chosen on the validation split, none kept where
+   (:mod:`clef_engine.heads.memory`; settings chosen on the validation split, none kept where
    it does not lower the validation NLL; a prototype head without a validation split
    cross-fits them on its own 5-fold split instead);
 8. write a model dir: ``config.json``, ``head.safetensors``, ``memory.safetensors``,
@@ -29,10 +29,10 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
 
 With ``ensemble=K`` the whole recipe runs K times from K seeds on one validation split,
 into ``out/members/<i>``, and one temperature is fitted on the mean of their answers
-(:mod:`engine.train.ensemble`).
+(:mod:`clef_engine.train.ensemble`).
 
 Example:
-    >>> from engine.train import Trainer, TrainConfig, load_training_data
+    >>> from clef_engine.train import Trainer, TrainConfig, load_training_data
     >>> data = load_training_data("train.csv", label_col="category")    # doctest: +SKIP
     >>> Trainer(TrainConfig(epochs=3)).fit(data, "out/banking77")      # doctest: +SKIP
 """
@@ -53,31 +53,31 @@ from typing import Any
 
 import torch
 
-from engine.backbones import PACKAGED
-from engine.backbones.encoder import EncoderBackbone
-from engine.calibration.fit import fit_calibrator
-from engine.calibration.temperature import Calibrator
-from engine.errors import peft_quietly, require
-from engine.heads.memory import MEMORY_FILE, ExampleMemory
-from engine.heads.option_evidence import (
+from clef_engine.backbones import PACKAGED
+from clef_engine.backbones.encoder import EncoderBackbone
+from clef_engine.calibration.fit import fit_calibrator
+from clef_engine.calibration.temperature import Calibrator
+from clef_engine.errors import peft_quietly, require
+from clef_engine.heads.memory import MEMORY_FILE, ExampleMemory
+from clef_engine.heads.option_evidence import (
     HEAD_FILE,
     HeadConfig,
     OptionEvidenceHead,
     fingerprint,
     question_context,
 )
-from engine.heads.zero_shot import option_texts
-from engine.runtime.adapter import ADAPTER_DIR
-from engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
-from engine.train.checkpoint import CheckpointState
-from engine.train.config import HEADS, MAX_RANK, TrainConfig, TrainResult
-from engine.train.contrastive import supervised_contrastive_loss
-from engine.train.data import TrainingDataError, TrainingSet, split
-from engine.train.few_shot import CONTRASTIVE_CHUNK, FewShotStages
-from engine.train.forward import _ece_after
-from engine.train.losses import decision_loss, symmetric_kl
-from engine.train.memory import MemoryStage
-from engine.train.rl import ReinforceStage
+from clef_engine.heads.zero_shot import option_texts
+from clef_engine.runtime.adapter import ADAPTER_DIR
+from clef_engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
+from clef_engine.train.checkpoint import CheckpointState
+from clef_engine.train.config import HEADS, MAX_RANK, TrainConfig, TrainResult
+from clef_engine.train.contrastive import supervised_contrastive_loss
+from clef_engine.train.data import TrainingDataError, TrainingSet, split
+from clef_engine.train.few_shot import CONTRASTIVE_CHUNK, FewShotStages
+from clef_engine.train.forward import _ece_after
+from clef_engine.train.losses import decision_loss, symmetric_kl
+from clef_engine.train.memory import MemoryStage
+from clef_engine.train.rl import ReinforceStage
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,10 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
     """Fine-tunes a backbone (LoRA) and the option-evidence head; see the module docstring.
 
     The rest of it lives beside it: the forward passes every stage reads (features,
-    logits per question, evaluation) in :mod:`engine.train.forward`, the contrastive stage
-    and the prototype heads in :mod:`engine.train.few_shot`, the example memory in
-    :mod:`engine.train.memory`, the RL stage in :mod:`engine.train.rl`, kept states and
-    checkpoints in :mod:`engine.train.checkpoint`.
+    logits per question, evaluation) in :mod:`clef_engine.train.forward`, the contrastive stage
+    and the prototype heads in :mod:`clef_engine.train.few_shot`, the example memory in
+    :mod:`clef_engine.train.memory`, the RL stage in :mod:`clef_engine.train.rl`, kept states and
+    checkpoints in :mod:`clef_engine.train.checkpoint`.
 
     Args:
         config: Hyper-parameters.
@@ -241,7 +241,7 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         pool = None if unlabeled is None else self._unlabeled_pool(data, unlabeled)
         out.mkdir(parents=True, exist_ok=True)
         if cfg.ensemble > 1:
-            from engine.train.ensemble import fit_ensemble
+            from clef_engine.train.ensemble import fit_ensemble
 
             return fit_ensemble(self, data, out, resume=resume, unlabeled=unlabeled)
         train, val = split(

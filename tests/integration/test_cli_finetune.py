@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from clef_agents.cli import main
-from engine import DecisionEngine
-from engine.testing import write_tiny_bert
+from clef_engine import DecisionEngine
+from clef_engine.testing import write_tiny_bert
 
 pytest.importorskip("peft")
 pytestmark = pytest.mark.slow

@@ -19,14 +19,14 @@ from test_finetune_tiny import (
     route_probabilities,
 )
 
-from engine import DecisionEngine, ModelLoadError, Noul
-from engine.heads.ensemble import EnsembleHead
-from engine.heads.memory import MEMORY_FILE
-from engine.heads.option_evidence import HEAD_FILE, fingerprint, question_context
-from engine.train import TrainConfig, Trainer, TrainingDataError
-from engine.train.config import ENSEMBLE_SHARED_SPLIT, TrainResult
-from engine.train.data import split, split_indices
-from engine.train.ensemble import _calibrate, _row_keys
+from clef_engine import DecisionEngine, ModelLoadError, Noul
+from clef_engine.heads.ensemble import EnsembleHead
+from clef_engine.heads.memory import MEMORY_FILE
+from clef_engine.heads.option_evidence import HEAD_FILE, fingerprint, question_context
+from clef_engine.train import TrainConfig, Trainer, TrainingDataError
+from clef_engine.train.config import ENSEMBLE_SHARED_SPLIT, TrainResult
+from clef_engine.train.data import split, split_indices
+from clef_engine.train.ensemble import _calibrate, _row_keys
 
 pytest.importorskip("peft")
 pytestmark = pytest.mark.slow
@@ -215,8 +215,8 @@ def test_ensemble_round_trips_moves_and_quantizes(ensemble, tmp_path) -> None:
 
 
 def test_to_moves_every_member_with_its_trained_head(ensemble, monkeypatch) -> None:
-    import engine.backbones.encoder as encoder
-    import engine.runtime.engine as runtime
+    import clef_engine.backbones.encoder as encoder
+    import clef_engine.runtime.engine as runtime
 
     for module in (encoder, runtime):  # no GPU here: move to meta, past the device check
         monkeypatch.setattr(module, "select_device", lambda d: torch.device(d or "cpu"))

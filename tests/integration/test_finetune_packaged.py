@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Choice, DecisionEngine
-from engine.train import Example, TrainConfig, Trainer, TrainingSet
+from clef_engine import Choice, DecisionEngine
+from clef_engine.train import Example, TrainConfig, Trainer, TrainingSet
 
 pytest.importorskip("peft")
 pytestmark = [pytest.mark.slow, pytest.mark.integration]

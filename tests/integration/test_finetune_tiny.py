@@ -10,13 +10,13 @@ import sys
 import pytest
 import torch
 
-from engine import Choice, DecisionEngine, MissingDependencyError, Noul, Score
-from engine.heads.memory import MEMORY_FILE
-from engine.heads.prototype import PrototypeClassifier
-from engine.heads.trained import TrainedHead
-from engine.testing import write_tiny_bert
-from engine.train import Example, TrainConfig, Trainer, TrainingDataError, TrainingSet
-from engine.train.data import split
+from clef_engine import Choice, DecisionEngine, MissingDependencyError, Noul, Score
+from clef_engine.heads.memory import MEMORY_FILE
+from clef_engine.heads.prototype import PrototypeClassifier
+from clef_engine.heads.trained import TrainedHead
+from clef_engine.testing import write_tiny_bert
+from clef_engine.train import Example, TrainConfig, Trainer, TrainingDataError, TrainingSet
+from clef_engine.train.data import split
 
 pytest.importorskip("peft")
 pytestmark = pytest.mark.slow
@@ -158,8 +158,8 @@ def test_to_moves_the_trained_head_and_its_zero_shot_engine(trained, monkeypatch
     and a built zero-shot engine along; one built later is built on the new device. The
     machine has no GPU, so the move goes to ``meta`` (tensors without storage), which the
     engine's device check is told to let through."""
-    import engine.backbones.encoder as encoder
-    import engine.runtime.engine as runtime
+    import clef_engine.backbones.encoder as encoder
+    import clef_engine.runtime.engine as runtime
 
     for module in (encoder, runtime):
         monkeypatch.setattr(module, "select_device", lambda d: torch.device(d or "cpu"))
@@ -486,7 +486,7 @@ def test_resume_starts_again_on_other_states(backbone_dir, tmp_path, monkeypatch
     monkeypatch.setattr(Trainer, "evaluate", original)
     other = dataset(n=12, seed=1)  # as many states, other words
     assert other.digest() != dataset(n=12).digest() == dataset(n=12).digest()
-    with caplog.at_level("WARNING", logger="engine.train.trainer"):
+    with caplog.at_level("WARNING", logger="clef_engine.train.trainer"):
         result = Trainer(config(epochs=2), backbone=str(backbone_dir)).fit(
             other, tmp_path, resume=True
         )
@@ -898,7 +898,7 @@ def test_ema_resumes_from_the_checkpointed_average(backbone_dir, tmp_path, monke
 
 
 def test_rdrop_runs_each_state_twice_and_adds_the_kl_term(backbone_dir, tmp_path, monkeypatch):
-    import engine.train.trainer as trainer_module
+    import clef_engine.train.trainer as trainer_module
 
     batches: list[list[str]] = []
     kl_terms: list[float] = []
@@ -939,7 +939,7 @@ def test_rdrop_runs_each_state_twice_and_adds_the_kl_term(backbone_dir, tmp_path
 def test_contrastive_weight_adds_a_term_per_question_on_the_batch_pooled_vectors(
     backbone_dir, tmp_path, monkeypatch
 ):
-    import engine.train.trainer as trainer_module
+    import clef_engine.train.trainer as trainer_module
 
     calls: list[tuple[torch.Tensor, list[int], float, float]] = []
     loss = trainer_module.supervised_contrastive_loss
@@ -989,7 +989,7 @@ def test_attaching_lora_raises_no_peft_deprecation_warning(backbone_dir) -> None
 
 def count_batches(monkeypatch) -> list[int]:
     """Record the state count of every epoch's ``_batches`` call (one call per epoch)."""
-    import engine.train.trainer as trainer_module
+    import clef_engine.train.trainer as trainer_module
 
     sizes: list[int] = []
     real = trainer_module._batches
@@ -1053,7 +1053,7 @@ def test_refit_repeats_only_the_kept_epochs(backbone_dir, tmp_path, monkeypatch)
 def test_refit_resumes_without_repeating_the_selection_run(
     backbone_dir, tmp_path, monkeypatch
 ) -> None:
-    import engine.train.trainer as trainer_module
+    import clef_engine.train.trainer as trainer_module
 
     data = dataset(n=40)
     sizes = count_batches(monkeypatch)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import Choice, DecisionEngine, Noul, Score
-from engine.runtime.general import GENERAL_DIR
+from clef_engine import Choice, DecisionEngine, Noul, Score
+from clef_engine.runtime.general import GENERAL_DIR
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from engine import Choice, DecisionEngine, Noul
-from engine.evaluation import columns, label_question, read_records, sample_examples
+from clef_engine import Choice, DecisionEngine, Noul
+from clef_engine.evaluation import columns, label_question, read_records, sample_examples
 
 pytestmark = pytest.mark.integration
 

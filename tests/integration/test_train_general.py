@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import DecisionEngine, Noul
-from engine.train.general import GeneralTrainer, main
-from engine.train.mixture import MixtureSampler, load_mixture
+from clef_engine import DecisionEngine, Noul
+from clef_engine.train.general import GeneralTrainer, main
+from clef_engine.train.mixture import MixtureSampler, load_mixture
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from engine import Box, BoxAnswer, Choice, DecisionEngine, DecisionRequest
-from engine.backbones.vision import VisionBackbone
-from engine.backbones.vision.requests import fuse
+from clef_engine import Box, BoxAnswer, Choice, DecisionEngine, DecisionRequest
+from clef_engine.backbones.vision import VisionBackbone
+from clef_engine.backbones.vision.requests import fuse
 
 pytest.importorskip("rapidocr_onnxruntime")
 pytestmark = pytest.mark.integration
@@ -163,8 +163,8 @@ def test_fusion_is_log_linear() -> None:
 
 @pytest.fixture(scope="module")
 def clip_engine(tmp_path_factory) -> DecisionEngine:
-    from engine.backbones.vision.testing import write_tiny_clip
-    from engine.testing import tiny_encoder
+    from clef_engine.backbones.vision.testing import write_tiny_clip
+    from clef_engine.testing import tiny_encoder
 
     clip_dir = write_tiny_clip(tmp_path_factory.mktemp("tiny-clip"))
     backbone = VisionBackbone(text=tiny_encoder(max_length=64), clip_path=clip_dir, device="cpu")
@@ -239,7 +239,7 @@ def test_llama_index_query_bundle_with_image_path(engine, login_png, tmp_path: P
 
 
 def test_ocr_recogniser_settings_reach_rapidocr_and_read_the_page() -> None:
-    from engine.backbones.vision.ocr import RapidOcr
+    from clef_engine.backbones.vision.ocr import RapidOcr
 
     ocr = RapidOcr(rec_batch=2, rec_min_width=96)
     texts = [line.text for line in ocr.read(draw_login())]
@@ -254,7 +254,7 @@ def test_ocr_recogniser_settings_reach_rapidocr_and_read_the_page() -> None:
 
 def test_openvino_and_onnxruntime_read_the_same_page() -> None:
     pytest.importorskip("openvino")
-    from engine.backbones.vision.ocr import RapidOcr, _OpenVinoSession
+    from clef_engine.backbones.vision.ocr import RapidOcr, _OpenVinoSession
 
     ov, ort = RapidOcr(runtime="openvino"), RapidOcr(runtime="onnxruntime")
     assert RapidOcr().runtime == "openvino"  # auto picks OpenVINO when it is installed
@@ -274,8 +274,8 @@ def test_openvino_and_onnxruntime_read_the_same_page() -> None:
 def test_ocr_runtime_choice_is_checked(monkeypatch) -> None:
     import sys
 
-    from engine import MissingDependencyError
-    from engine.backbones.vision import ocr as ocr_module
+    from clef_engine import MissingDependencyError
+    from clef_engine.backbones.vision import ocr as ocr_module
 
     with pytest.raises(ValueError, match="runtime must be one of auto, openvino, onnxruntime"):
         ocr_module.RapidOcr(runtime="tensorrt")

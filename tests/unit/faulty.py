@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from clef_agents.fake import FakeEngine
-from engine.schema.answers import ChoiceAnswer, DecisionResult
-from engine.schema.request import DecisionRequest
+from clef_engine.schema.answers import ChoiceAnswer, DecisionResult
+from clef_engine.schema.request import DecisionRequest
 
 ROUTE = {
     "route": {

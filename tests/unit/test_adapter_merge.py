@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from engine.errors import ModelLoadError, peft_quietly
-from engine.runtime.adapter import merge_lora
-from engine.testing import write_tiny_bert
+from clef_engine.errors import ModelLoadError, peft_quietly
+from clef_engine.runtime.adapter import merge_lora
+from clef_engine.testing import write_tiny_bert
 
 peft = pytest.importorskip("peft")
 

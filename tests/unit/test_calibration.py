@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.calibration import (
+from clef_engine.calibration import (
     Calibrator,
     brier_score,
     bucket,

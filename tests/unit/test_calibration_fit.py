@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from engine.calibration import (
+from clef_engine.calibration import (
     Calibrator,
     HistogramBinning,
     expected_calibration_error,
     fit_calibrator,
 )
-from engine.calibration.fit import histogram_helps
+from clef_engine.calibration.fit import histogram_helps
 
 
 def overconfident(n: int = 2000, classes: int = 10, seed: int = 0):

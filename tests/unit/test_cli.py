@@ -8,7 +8,7 @@ import json
 import pytest
 
 from clef_agents.cli import main
-from engine.testing import write_tiny_bert
+from clef_engine.testing import write_tiny_bert
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_decide_inline_questions_table_and_json(capsys, tiny_dir):
 
 
 def test_decide_dtype_flag_reaches_the_engine(capsys, tiny_dir, monkeypatch):
-    import engine
+    import clef_engine as engine
 
     seen = {}
     real = engine.DecisionEngine.from_pretrained.__func__
@@ -209,8 +209,8 @@ def test_calibrate_rebuilds_trained_yes_no_and_score_questions_by_their_wording(
     import torch
 
     from clef_agents.cli.calibrate import _trained_questions
-    from engine import Noul, Score
-    from engine.heads.option_evidence import HeadConfig, OptionEvidenceHead, question_context
+    from clef_engine import Noul, Score
+    from clef_engine.heads.option_evidence import HeadConfig, OptionEvidenceHead, question_context
 
     trained = {
         "human": Noul(instructions="needs a human?"),
@@ -324,18 +324,18 @@ def test_finetune_refuses_out_of_range_numbers(capsys, tmp_path, flags, needle):
 
 def test_finetune_max_rank_matches_the_trainer():
     from clef_agents.cli.finetune import MAX_RANK
-    from engine.train.config import MAX_RANK as TRAINER_MAX_RANK
+    from clef_engine.train.config import MAX_RANK as TRAINER_MAX_RANK
 
     assert MAX_RANK == TRAINER_MAX_RANK
 
 
 def test_finetune_out_naming_a_file_exits_2_before_training(capsys, tmp_path, monkeypatch):
-    import engine.train
+    import clef_engine.train
 
     def no_training(*a, **k):
         raise AssertionError("trained although --out is a file")
 
-    monkeypatch.setattr(engine.train, "load_training_data", no_training)
+    monkeypatch.setattr(clef_engine.train, "load_training_data", no_training)
     existing = tmp_path / "model.bin"
     existing.write_text("not a dir")
     code, _, err = _run(capsys, "finetune", "x.csv", "--out", str(existing))
@@ -349,7 +349,7 @@ def test_finetune_threads_sets_torch_threads(capsys, tmp_path, monkeypatch):
     training starts."""
     import torch
 
-    import engine.train
+    import clef_engine.train
 
     seen: list[int] = []
     monkeypatch.setattr(torch, "set_num_threads", seen.append)
@@ -361,7 +361,7 @@ def test_finetune_threads_sets_torch_threads(capsys, tmp_path, monkeypatch):
     def stop(*a, **k):
         raise Stop
 
-    monkeypatch.setattr(engine.train.Trainer, "fit", stop)
+    monkeypatch.setattr(clef_engine.train.Trainer, "fit", stop)
     data = tmp_path / "d.csv"
     data.write_text("text,label\n" + "".join(f"t{i},{'ab'[i % 2]}\n" for i in range(8)))
     with pytest.raises(Stop):
@@ -396,16 +396,16 @@ def test_eval_plot_path_checked_before_evaluating(capsys, tmp_path, monkeypatch,
 
 
 def test_eval_batch_size_defaults_to_a_real_batch(capsys, tmp_path, monkeypatch, tiny_dir):
-    import engine.evaluation
+    import clef_engine.evaluation
 
     seen = {}
-    real = engine.evaluation.evaluate
+    real = clef_engine.evaluation.evaluate
 
     def spy(*a, **k):
         seen.update(k)
         return real(*a, **k)
 
-    monkeypatch.setattr(engine.evaluation, "evaluate", spy)
+    monkeypatch.setattr(clef_engine.evaluation, "evaluate", spy)
     data = _labelled_csv(tmp_path / "d.csv", [("refund", "billing"), ("bug", "tech")] * 20)
     code, out, _ = _run(capsys, "eval", str(data), "--model", tiny_dir, "--json", "--no-progress")
     assert code == 0 and seen["batch_size"] == 32 and json.loads(out)["batch_size"] == 32
@@ -429,16 +429,16 @@ def test_eval_limit_samples_across_labels_deterministically():
 
 
 def test_eval_limit_evaluates_every_label(capsys, tmp_path, tiny_dir, monkeypatch):
-    import engine.evaluation
+    import clef_engine.evaluation
 
     seen = {}
-    real = engine.evaluation.evaluate
+    real = clef_engine.evaluation.evaluate
 
     def spy(engine_, texts, labels, *a, **k):
         seen["labels"] = list(labels)
         return real(engine_, texts, labels, *a, **k)
 
-    monkeypatch.setattr(engine.evaluation, "evaluate", spy)
+    monkeypatch.setattr(clef_engine.evaluation, "evaluate", spy)
     rows = [("refund money", "billing")] * 30 + [("login bug", "tech")] * 30
     data = _labelled_csv(tmp_path / "d.csv", rows)
     code, out, _ = _run(
@@ -531,7 +531,7 @@ def test_answers_say_which_head_gave_them(capsys, finetuned):
 
 
 def test_a_zero_shot_engine_marks_no_head(tiny_dir):
-    from engine import DecisionEngine
+    from clef_engine import DecisionEngine
 
     result = DecisionEngine.from_pretrained(tiny_dir, device="cpu").decide(
         "x", {"q": {"type": "noul", "instructions": "ok?"}}

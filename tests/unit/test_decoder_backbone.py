@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 import torch
 
-from engine import Choice, DecisionEngine, ModelLoadError, Noul, Score
-from engine.backbones.decoder import DecoderBackbone, ModelTooLargeError
-from engine.backbones.decoder import memory as memory_mod
-from engine.backbones.decoder.prompt import AUTO_ROTATE_MAX, plan
-from engine.backbones.decoder.testing import write_tiny_causal_lm
-from engine.errors import InvalidRequestError, MissingDependencyError, UnsupportedQuestionError
-from engine.schema.questions import Box
-from engine.testing import write_tiny_bert
+from clef_engine import Choice, DecisionEngine, ModelLoadError, Noul, Score
+from clef_engine.backbones.decoder import DecoderBackbone, ModelTooLargeError
+from clef_engine.backbones.decoder import memory as memory_mod
+from clef_engine.backbones.decoder.prompt import AUTO_ROTATE_MAX, plan
+from clef_engine.backbones.decoder.testing import write_tiny_causal_lm
+from clef_engine.errors import InvalidRequestError, MissingDependencyError, UnsupportedQuestionError
+from clef_engine.schema.questions import Box
+from clef_engine.testing import write_tiny_bert
 
 STATES = [
     "my card has not arrived, please help",
@@ -128,7 +128,7 @@ def test_rotation_average_is_the_mean_of_single_listings(qwen_dir: Path) -> None
     request = DecisionEngine(full, warmup=False)._as_request(STATES[0], {"q": q}, None)
     averaged = full.raw_scores([STATES[0]], [request])[0]["q"]
     _, blocks, answers = full._plan(q)
-    from engine.backbones.decoder.tree import Group, Row
+    from clef_engine.backbones.decoder.tree import Group, Row
 
     head = full._head + full._ids(STATES[0])
     singles = full.scorer.score_naive([Row(head, [Group(b, answers)]) for b in blocks])

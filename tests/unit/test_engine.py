@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from engine import (
+from clef_engine import (
     Box,
     Choice,
     DecisionEngine,
@@ -269,9 +269,9 @@ def test_enough_examples_keep_a_cross_fitted_memory(tiny_engine):
 
 
 def test_a_prototype_memory_mixes_into_the_answer():
-    from engine.heads.memory import MemorySettings, QuestionMemory
-    from engine.heads.prototype import PrototypeClassifier
-    from engine.heads.zero_shot import PreparedQuestion, ZeroShotHead
+    from clef_engine.heads.memory import MemorySettings, QuestionMemory
+    from clef_engine.heads.prototype import PrototypeClassifier
+    from clef_engine.heads.zero_shot import PreparedQuestion, ZeroShotHead
 
     vectors = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), dim=-1)
     # The classifier leans to "b"; the one memory state nearest to the state says "a".
@@ -290,7 +290,7 @@ def test_a_prototype_memory_mixes_into_the_answer():
 
 
 def test_device_and_dtype_errors(tiny_engine):
-    from engine.runtime.devices import select_device, select_dtype
+    from clef_engine.runtime.devices import select_device, select_dtype
 
     if not torch.cuda.is_available():
         with pytest.raises(DeviceUnavailableError, match="cuda"):
@@ -312,7 +312,7 @@ def test_missing_model_dir_is_clear(tmp_path):
 
 
 def test_save_load_round_trip(tiny_engine, tmp_path):
-    from engine.calibration import Calibrator
+    from clef_engine.calibration import Calibrator
 
     engine = DecisionEngine(
         tiny_engine.backbone,
@@ -332,7 +332,7 @@ def test_save_load_round_trip(tiny_engine, tmp_path):
 
 
 def test_int8_mode_runs_on_cpu(tiny_engine):
-    from engine.backbones import EncoderBackbone
+    from clef_engine.backbones import EncoderBackbone
 
     backbone = EncoderBackbone(tiny_engine.backbone.directory, quantize="int8", max_length=32)
     engine = DecisionEngine(backbone)
@@ -348,8 +348,8 @@ def test_int8_keeps_the_early_feed_forward_outputs_in_fp32(tiny_engine):
     import torch
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-    from engine.backbones import EncoderBackbone
-    from engine.backbones.encoder import INT8_KEEP_FP32, _vnni
+    from clef_engine.backbones import EncoderBackbone
+    from clef_engine.backbones.encoder import INT8_KEEP_FP32, _vnni
 
     backbone = EncoderBackbone(tiny_engine.backbone.directory, quantize="int8", max_length=32)
     kept, quantized = [], []
@@ -370,7 +370,7 @@ def test_full_range_int8_linear_is_closer_to_fp32():
     import torch
     from torch.ao.quantization import quantize_dynamic
 
-    from engine.backbones.encoder import _full_range_linear, _vnni
+    from clef_engine.backbones.encoder import _full_range_linear, _vnni
 
     if not _vnni():
         pytest.skip("8-bit activations are used only where the CPU has VNNI")
@@ -390,7 +390,7 @@ def test_full_range_int8_linear_is_closer_to_fp32():
 def test_loads_with_network_blocked(tmp_path, monkeypatch):
     import pytest_socket
 
-    from engine.testing import write_tiny_bert
+    from clef_engine.testing import write_tiny_bert
 
     directory = write_tiny_bert(tmp_path / "tiny")
     pytest_socket.disable_socket()
@@ -415,7 +415,7 @@ def test_to_cpu_keeps_answers_and_clears_caches(tiny_engine):
 
 def test_model_name_follows_the_backbone_and_max_length_round_trips(tiny_engine, tmp_path):
     assert tiny_engine.model_name == f"clef-{tiny_engine.backbone.name}"
-    from engine.backbones import EncoderBackbone
+    from clef_engine.backbones import EncoderBackbone
 
     backbone = EncoderBackbone(tiny_engine.backbone.directory, max_length=16)
     DecisionEngine(backbone, warmup=False).save_pretrained(tmp_path / "m")
@@ -424,7 +424,7 @@ def test_model_name_follows_the_backbone_and_max_length_round_trips(tiny_engine,
 
 
 def test_the_question_cache_is_bounded_in_bytes_too():
-    from engine.runtime.engine import _LRU
+    from clef_engine.runtime.engine import _LRU
 
     cache = _LRU(10, max_bytes=100, size=len)
     cache.put("a", "x" * 60)

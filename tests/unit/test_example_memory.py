@@ -1,4 +1,4 @@
-"""Example memory (engine.heads.memory): the vote, the mixture, its fit and its files."""
+"""Example memory (clef_engine.heads.memory): the vote, the mixture, its fit and its files."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from engine.errors import ModelLoadError
-from engine.heads.memory import (
+from clef_engine.errors import ModelLoadError
+from clef_engine.heads.memory import (
     MEMORY_FILE,
     MIN_HELD_OUT,
     TEMPERATURE_RANGE,
@@ -21,7 +21,7 @@ from engine.heads.memory import (
     refit_memory,
     refit_question_memory,
 )
-from engine.heads.option_evidence import fingerprint
+from clef_engine.heads.option_evidence import fingerprint
 
 NAMES = ["a", "b", "c"]
 

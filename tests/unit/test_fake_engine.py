@@ -8,8 +8,8 @@ import inspect
 import pytest
 
 from clef_agents.fake import FakeEngine
-from engine.errors import InvalidRequestError
-from engine.schema.answers import ChoiceAnswer, DecisionResult, NoulAnswer, ScoreAnswer
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.answers import ChoiceAnswer, DecisionResult, NoulAnswer, ScoreAnswer
 
 QUESTIONS = {
     "route": {
@@ -82,7 +82,7 @@ def test_async_forms_match_sync() -> None:
 
 
 def test_surface_matches_the_real_engine() -> None:
-    from engine import DecisionEngine
+    from clef_engine import DecisionEngine
 
     for name in ("decide", "adecide", "decide_batch", "adecide_batch"):
         real = inspect.signature(getattr(DecisionEngine, name))

@@ -22,8 +22,8 @@ from langgraph.graph import END, START, StateGraph
 
 from clef_agents.fake import FakeEngine
 from clef_agents.langchain import ClefDecision, ClefRouter, add_clef_edges, clef_path
-from engine.errors import InvalidRequestError, MissingDependencyError
-from engine.schema.answers import DecisionResult
+from clef_engine.errors import InvalidRequestError, MissingDependencyError
+from clef_engine.schema.answers import DecisionResult
 
 ROUTES = {
     "billing": "refund invoice payment charge",

@@ -28,7 +28,7 @@ from clef_agents.llama_index import (
     LowConfidenceError,
     clef_router_step,
 )
-from engine.errors import InvalidRequestError, MissingDependencyError
+from clef_engine.errors import InvalidRequestError, MissingDependencyError
 
 TOPICS = {
     "billing": ("refund invoice payment charge", "Refunds take five business days."),

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.heads.zero_shot import option_texts, prepare
-from engine.schema.questions import Choice, Noul, Score
-from engine.train.mixture import MixtureSampler, load_mixture, readable_label
+from clef_engine.heads.zero_shot import option_texts, prepare
+from clef_engine.schema.questions import Choice, Noul, Score
+from clef_engine.train.mixture import MixtureSampler, load_mixture, readable_label
 
 
 def _write(root: Path, name: str, rows: list[dict[str, str]]) -> None:

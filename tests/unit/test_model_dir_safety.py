@@ -1,6 +1,6 @@
 """A model dir is input, never code: no remote code, no paths out, typed errors for corruption.
 
-Every test builds a tiny random model in a tmp dir (engine.testing) and then damages it the
+Every test builds a tiny random model in a tmp dir (clef_engine.testing) and then damages it the
 way a hostile or truncated download would.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from engine import Choice, DecisionEngine, ModelLoadError
-from engine.backbones import PACKAGED
-from engine.runtime.model_dir import backbone_path
-from engine.testing import write_tiny_bert
+from clef_engine import Choice, DecisionEngine, ModelLoadError
+from clef_engine.backbones import PACKAGED
+from clef_engine.runtime.model_dir import backbone_path
+from clef_engine.testing import write_tiny_bert
 
 QUESTION = {"route": Choice(instructions="route", criteria=["billing", "tech"])}
 
@@ -46,7 +46,7 @@ def bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trained_dir(bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fine-tuned model dir (head.safetensors + adapter/) on the tiny encoder."""
     pytest.importorskip("peft")
-    from engine.train import Example, TrainConfig, Trainer, TrainingSet
+    from clef_engine.train import Example, TrainConfig, Trainer, TrainingSet
 
     examples = [
         Example(f"{words} {i}", {"route": i % 2})

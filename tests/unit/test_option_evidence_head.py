@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.errors import ModelLoadError
-from engine.heads.option_evidence import (
+from clef_engine.errors import ModelLoadError
+from clef_engine.heads.option_evidence import (
     HeadConfig,
     OptionEvidenceHead,
     fingerprint,
@@ -90,7 +90,7 @@ def test_option_bank_is_order_free_for_choice() -> None:
 
 
 def test_yes_no_and_score_questions_are_known_by_their_wording(tmp_path) -> None:
-    from engine import Choice, Noul, Score
+    from clef_engine import Choice, Noul, Score
 
     urgent, spam = Noul(instructions="Is it urgent?"), Noul(instructions="Is it spam?")
     levels = ["low", "medium", "high"]

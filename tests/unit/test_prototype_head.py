@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import engine.heads.prototype as prototype
-from engine.heads.prototype import PrototypeClassifier, pseudo_labels
+import clef_engine.heads.prototype as prototype
+from clef_engine.heads.prototype import PrototypeClassifier, pseudo_labels
 
 
 def off_centre_labels(seed: int = 0) -> tuple[torch.Tensor, ...]:

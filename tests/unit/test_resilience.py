@@ -25,15 +25,15 @@ from clef_agents.resilience import (
     is_transient,
     result_problem,
 )
-from engine.errors import InvalidRequestError, ModelLoadError
-from engine.schema.answers import (
+from clef_engine.errors import InvalidRequestError, ModelLoadError
+from clef_engine.schema.answers import (
     BoxCoords,
     ChoiceAnswer,
     DecisionResult,
     NoulAnswer,
     ScoreAnswer,
 )
-from engine.schema.request import DecisionRequest
+from clef_engine.schema.request import DecisionRequest
 
 RULES = RuleFallback(
     [
@@ -245,7 +245,7 @@ def test_engine_that_cannot_load_answers_from_rules(mode: str) -> None:
 
 
 def test_missing_model_dir_is_unavailable(tmp_path: Any) -> None:
-    from engine import DecisionEngine
+    from clef_engine import DecisionEngine
 
     safe = wrap(lambda: DecisionEngine(path=tmp_path / "missing"))
     result = safe.decide("invoice", ROUTE)
@@ -602,7 +602,7 @@ def test_any_load_failure_answers_from_rules(mode: str, exc: BaseException | Non
 
 
 def test_corrupt_model_dir_answers_from_rules(tmp_path: Any) -> None:
-    from engine import DecisionEngine
+    from clef_engine import DecisionEngine
 
     (tmp_path / "config.json").write_text("{not json")
     safe = wrap(lambda: DecisionEngine(path=tmp_path))

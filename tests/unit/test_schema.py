@@ -8,8 +8,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from engine.errors import InvalidRequestError
-from engine.schema import (
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema import (
     Choice,
     DecisionRequest,
     Noul,
@@ -18,7 +18,7 @@ from engine.schema import (
     render_value,
     score_confidence,
 )
-from engine.schema.limits import MAX_CHOICE_OPTIONS, MAX_JSON_DEPTH
+from clef_engine.schema.limits import MAX_CHOICE_OPTIONS, MAX_JSON_DEPTH
 
 
 def _request(**questions):
@@ -215,7 +215,7 @@ def test_choice_and_score_without_instructions_are_answered(tiny_engine):
 
 
 def test_decoder_prompt_without_instructions_asks_about_the_options():
-    from engine.backbones.decoder.prompt import plan
+    from clef_engine.backbones.decoder.prompt import plan
 
     choice = plan(Choice(criteria={"billing": "money", "tech": None}))
     assert choice.blocks[0].startswith("Question: Which option fits best?\nOptions:\n")

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from engine.backbones.vision import requests as vision_requests
-from engine.backbones.vision.images import ImageRef
-from engine.backbones.vision.layout import Element, ImageEvidence
-from engine.backbones.vision.pipeline import VisionPipeline
+from clef_engine.backbones.vision import requests as vision_requests
+from clef_engine.backbones.vision.images import ImageRef
+from clef_engine.backbones.vision.layout import Element, ImageEvidence
+from clef_engine.backbones.vision.pipeline import VisionPipeline
 
 sdk = pytest.importorskip("typesafe_sdk")
 httpx2 = pytest.importorskip("httpx2")
@@ -126,7 +126,7 @@ class BlankPipeline(VisionPipeline):
 def test_every_box_answer_parses_with_the_sdks_own_model(answer: dict[str, Any]) -> None:
     from typesafe_sdk._core.response_types import SystemOneResponse
 
-    from engine.schema.answers import BoxAnswer, DecisionResult
+    from clef_engine.schema.answers import BoxAnswer, DecisionResult
 
     result = DecisionResult(model="clef", answers={"b": BoxAnswer(**answer)})
     wire = result.to_wire()["answers"]["b"]

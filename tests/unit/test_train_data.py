@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from engine.errors import InvalidRequestError
-from engine.train.config import TrainConfig
-from engine.train.data import (
+from clef_engine.errors import InvalidRequestError
+from clef_engine.train.config import TrainConfig
+from clef_engine.train.data import (
     TrainingDataError,
     load_eval_data,
     load_training_data,
@@ -137,7 +137,7 @@ def test_a_split_sharing_part_of_another_seeds_split(tmp_path) -> None:
 def test_length_grouped_batches_hold_every_state_once_and_pad_less() -> None:
     import random
 
-    from engine.train.trainer import _batches
+    from clef_engine.train.trainer import _batches
 
     rng = random.Random(0)
     lengths = [rng.randrange(4, 80) for _ in range(1000)]

@@ -7,15 +7,15 @@ import math
 import pytest
 import torch
 
-from engine.train.contrastive import MAX_BATCH, contrastive_batch, supervised_contrastive_loss
-from engine.train.losses import (
+from clef_engine.train.contrastive import MAX_BATCH, contrastive_batch, supervised_contrastive_loss
+from clef_engine.train.losses import (
     brier,
     decision_loss,
     partial_credit,
     ranked_probability_score,
     symmetric_kl,
 )
-from engine.train.rl import rl_loss
+from clef_engine.train.rl import rl_loss
 
 
 def test_brier_hand_computed() -> None:

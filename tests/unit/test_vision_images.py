@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from engine import Box, Choice, DecisionRequest, InvalidRequestError, MissingDependencyError
-from engine.backbones.vision import images
-from engine.backbones.vision import requests as vision_requests
-from engine.backbones.vision.images import ImageRef, is_image, open_image
-from engine.backbones.vision.layout import Element, ImageEvidence
-from engine.backbones.vision.pipeline import VisionPipeline
-from engine.errors import UnsupportedQuestionError
-from engine.schema import BoxCoords, image_limits
+from clef_engine import Box, Choice, DecisionRequest, InvalidRequestError, MissingDependencyError
+from clef_engine.backbones.vision import images
+from clef_engine.backbones.vision import requests as vision_requests
+from clef_engine.backbones.vision.images import ImageRef, is_image, open_image
+from clef_engine.backbones.vision.layout import Element, ImageEvidence
+from clef_engine.backbones.vision.pipeline import VisionPipeline
+from clef_engine.errors import UnsupportedQuestionError
+from clef_engine.schema import BoxCoords, image_limits
 
 Q = {"page": Choice(instructions="page type", criteria=["login", "article"])}
 
@@ -309,7 +309,7 @@ def test_batch_keeps_a_corrupt_item_in_its_slot(tiny_engine) -> None:
 
 def test_missing_ocr_raises_the_install_line(tiny_engine, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "rapidocr_onnxruntime", None)
-    from engine.backbones.vision.pipeline import VisionPipeline
+    from clef_engine.backbones.vision.pipeline import VisionPipeline
 
     vision_requests.attach(tiny_engine, VisionPipeline())
     try:

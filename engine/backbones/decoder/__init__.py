@@ -5,8 +5,8 @@ See :class:`DecoderBackbone` and ``docs/decoder.md``.
 
 from __future__ import annotations
 
-from engine.backbones.decoder.backbone import DecoderBackbone
-from engine.backbones.decoder.memory import MemoryEstimate, ModelTooLargeError
-from engine.backbones.decoder.tree import Group, Row, TreeScorer
+from clef_engine.backbones.decoder.backbone import DecoderBackbone
+from clef_engine.backbones.decoder.memory import MemoryEstimate, ModelTooLargeError
+from clef_engine.backbones.decoder.tree import Group, Row, TreeScorer
 
 __all__ = ["DecoderBackbone", "Group", "MemoryEstimate", "ModelTooLargeError", "Row", "TreeScorer"]

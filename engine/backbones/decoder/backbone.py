@@ -2,8 +2,8 @@
 
 The engine's scoring seam (:meth:`DecoderBackbone.score_requests`) turns each request into
 one state prefix plus a question block and option answers per question (see
-:mod:`engine.backbones.decoder.prompt`), scores every answer with one prefill and one
-tree-masked forward (:mod:`engine.backbones.decoder.tree`), and calibrates:
+:mod:`clef_engine.backbones.decoder.prompt`), scores every answer with one prefill and one
+tree-masked forward (:mod:`clef_engine.backbones.decoder.tree`), and calibrates:
 
 ``score_i = mean log p(answer_i | prompt) - prior_weight * mean log p(answer_i | "N/A" state)``
 
@@ -23,34 +23,34 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.backbones.base import Encoded
-from engine.backbones.decoder.memory import check_fits, estimate
-from engine.backbones.decoder.prompt import (
+from clef_engine.backbones.base import Encoded
+from clef_engine.backbones.decoder.memory import check_fits, estimate
+from clef_engine.backbones.decoder.prompt import (
     BETWEEN,
     CONTENT_FREE_STATE,
     QuestionPlan,
     build_frame,
     plan,
 )
-from engine.backbones.decoder.tree import Group, Row, TreeScorer
-from engine.backbones.encoder import _quiet_transformers
-from engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
-from engine.calibration.temperature import Calibrator
-from engine.errors import (
+from clef_engine.backbones.decoder.tree import Group, Row, TreeScorer
+from clef_engine.backbones.encoder import _quiet_transformers
+from clef_engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
+from clef_engine.calibration.temperature import Calibrator
+from clef_engine.errors import (
     InvalidRequestError,
     ModelLoadError,
     UnsupportedQuestionError,
     peft_quietly,
     require,
 )
-from engine.heads.zero_shot import PreparedQuestion, prepare
-from engine.runtime.devices import select_device, select_dtype
-from engine.schema.render import canonical_json
+from clef_engine.heads.zero_shot import PreparedQuestion, prepare
+from clef_engine.runtime.devices import select_device, select_dtype
+from clef_engine.schema.render import canonical_json
 
 if TYPE_CHECKING:
-    from engine.runtime.engine import DecisionEngine, Scored
-    from engine.schema.questions import _Question
-    from engine.schema.request import DecisionRequest
+    from clef_engine.runtime.engine import DecisionEngine, Scored
+    from clef_engine.schema.questions import _Question
+    from clef_engine.schema.request import DecisionRequest
 
 MAX_LORA_RANK = 256
 TRUNCATION_MARK = "\n[...]\n"
@@ -122,7 +122,7 @@ class DecoderBackbone:
             the device's free memory.
 
     Example:
-        >>> from engine import DecisionEngine, Choice
+        >>> from clef_engine import DecisionEngine, Choice
         >>> engine = DecisionEngine(backbone="decoder", path="/models/Qwen3-1.7B")
         >>> engine.decide("The package arrived broken", {"route": Choice(
         ...     instructions="Which team handles this?", criteria=["billing", "shipping"])})
@@ -206,7 +206,7 @@ class DecoderBackbone:
         self._prepared: dict[str, PreparedQuestion] = {}
         self._adapter_digest: str | None = None
         if quantize == "int8":
-            from engine.backbones.encoder import _quantize_int8
+            from clef_engine.backbones.encoder import _quantize_int8
 
             self.model = _quantize_int8(self.model)
         self._reset_scorer()
@@ -420,7 +420,7 @@ class DecoderBackbone:
         self, engine: DecisionEngine, texts: list[str], requests: list[DecisionRequest]
     ) -> list[Scored]:
         """The engine's scoring seam: calibrated probabilities for every question."""
-        from engine.runtime.engine import Scored
+        from clef_engine.runtime.engine import Scored
 
         raw, rows = self._raw_scores(texts, requests, None, False)
         calibrator = engine.calibrator
@@ -487,7 +487,7 @@ class DecoderBackbone:
             raise ValueError("the model already has an adapter")
         from safetensors import SafetensorError
 
-        from engine.runtime.adapter import read_adapter_config
+        from clef_engine.runtime.adapter import read_adapter_config
 
         read_adapter_config(path)  # a typed error naming the field, before peft reads it
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from engine.errors import ModelLoadError
+from clef_engine.errors import ModelLoadError
 
 GIB = 1024**3
 OVERHEAD = 1.10

@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.schema.questions import Choice, Noul, Score, _Question
-from engine.schema.render import canonical_json
+from clef_engine.schema.questions import Choice, Noul, Score, _Question
+from clef_engine.schema.render import canonical_json
 
 STATE_LABEL = "State:\n"
 BETWEEN = "\n\n"

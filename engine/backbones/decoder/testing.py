@@ -5,7 +5,7 @@ weights are random. Used by the tests and the CPU benchmark; also handy for user
 tests of code that runs on the decoder backbone.
 
 Example:
-    >>> from engine.backbones.decoder.testing import write_tiny_causal_lm
+    >>> from clef_engine.backbones.decoder.testing import write_tiny_causal_lm
     >>> path = write_tiny_causal_lm("/tmp/tiny-qwen3", arch="qwen3")
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from engine.testing import _WORDS
+from clef_engine.testing import _WORDS
 
 IM_START, IM_END, EOT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 BOS = "<s>"

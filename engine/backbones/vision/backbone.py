@@ -2,7 +2,7 @@
 
 ``DecisionEngine(backbone="vision", path=..., clip_path=...)``. Text goes through the
 encoder exactly as with the ``encoder`` kind; images become OCR evidence rendered as text
-(see :mod:`engine.backbones.vision.requests`) and, when ``clip_path`` names a local CLIP or
+(see :mod:`clef_engine.backbones.vision.requests`) and, when ``clip_path`` names a local CLIP or
 SigLIP directory, a zero-shot image distribution fused with the text one.
 
 Any engine reads images (it builds a default OCR-only pipeline on first use); this kind
@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from engine.backbones.base import Encoded
-from engine.backbones.encoder import EncoderBackbone
-from engine.backbones.vision.ocr import DEFAULT_MAX_SIDE, OcrEngine, RapidOcr
-from engine.backbones.vision.pipeline import DEFAULT_CLIP_WEIGHT, VisionPipeline
+from clef_engine.backbones.base import Encoded
+from clef_engine.backbones.encoder import EncoderBackbone
+from clef_engine.backbones.vision.ocr import DEFAULT_MAX_SIDE, OcrEngine, RapidOcr
+from clef_engine.backbones.vision.pipeline import DEFAULT_CLIP_WEIGHT, VisionPipeline
 
 
 class VisionBackbone:
@@ -37,7 +37,7 @@ class VisionBackbone:
         ocr: A custom OCR engine (default: RapidOCR).
 
     Example:
-        >>> from engine import DecisionEngine
+        >>> from clef_engine import DecisionEngine
         >>> engine = DecisionEngine("vision")                        # doctest: +SKIP
         >>> engine.decide(open("shot.png", "rb").read(), questions)  # doctest: +SKIP
     """
@@ -63,7 +63,7 @@ class VisionBackbone:
         )
         encoder = None
         if clip_path is not None:
-            from engine.backbones.vision.clip import ClipImageEncoder
+            from clef_engine.backbones.vision.clip import ClipImageEncoder
 
             encoder = ClipImageEncoder(clip_path, device=self.text.device, dtype=dtype)
         self.vision = VisionPipeline(

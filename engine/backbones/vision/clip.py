@@ -4,7 +4,7 @@ The encoder embeds the image and each option text into its joint space and gives
 ``softmax(scale * cos(image, option))`` over a question's options, with ``scale`` the
 model's own learned ``logit_scale`` (CLIP's contrastive temperature; SigLIP's bias is a
 constant shift over options and drops out of the softmax). The vision pipeline fuses
-this distribution with the OCR-text distribution (see :mod:`engine.backbones.vision.fusion`).
+this distribution with the OCR-text distribution (see :mod:`clef_engine.backbones.vision.fusion`).
 
 Nothing is downloaded: the directory must hold ``config.json``, safetensors weights, a
 tokenizer and an image processor (what ``save_pretrained`` writes).
@@ -26,10 +26,10 @@ from typing import Any
 import torch
 from PIL import Image
 
-from engine.backbones.encoder import _quiet_transformers
-from engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
-from engine.errors import ModelLoadError
-from engine.runtime.devices import select_device, select_dtype
+from clef_engine.backbones.encoder import _quiet_transformers
+from clef_engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
+from clef_engine.errors import ModelLoadError
+from clef_engine.runtime.devices import select_device, select_dtype
 
 SUPPORTED = ("clip", "siglip", "siglip2")
 

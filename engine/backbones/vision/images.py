@@ -1,9 +1,9 @@
 """Image inputs: PIL images, bytes, paths, base64 strings and data URLs, checked and decoded.
 
-Every image is checked against :mod:`engine.schema.image_limits` before its pixels are
+Every image is checked against :mod:`clef_engine.schema.image_limits` before its pixels are
 decoded: the encoded size first, then the format and dimensions read from the header
 (so a decompression bomb is refused without allocating it). Truncated or corrupt files
-raise :class:`~engine.errors.InvalidRequestError` naming the field, never a crash.
+raise :class:`~clef_engine.errors.InvalidRequestError` naming the field, never a crash.
 
 Only Pillow is needed here (a core dependency); OCR and CLIP live in sibling modules.
 
@@ -32,8 +32,8 @@ from typing import Any
 
 from PIL import Image
 
-from engine.errors import InvalidRequestError
-from engine.schema.image_limits import (
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.image_limits import (
     IMAGE_FORMATS,
     MAX_IMAGE_BYTES,
     MAX_IMAGE_PIXELS,

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from engine.backbones.vision.ocr import OcrLine
+from clef_engine.backbones.vision.ocr import OcrLine
 
 Box4 = tuple[float, float, float, float]
 """``(left, top, right, bottom)`` in pixels."""

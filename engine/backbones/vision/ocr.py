@@ -13,7 +13,7 @@ p50 in interleaved rounds); 501 of the 529 fixture lines read identically, and t
 28 differ in spaces ("Qty2" / "Qty 2") or one character.
 
 ``rapidocr_onnxruntime`` is imported lazily: ``engine`` imports without the ``[vision]``
-extra, and the first image raises :class:`~engine.errors.MissingDependencyError` with the
+extra, and the first image raises :class:`~clef_engine.errors.MissingDependencyError` with the
 install line.
 """
 
@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 from PIL import Image
 
-from engine.errors import ModelLoadError, require
+from clef_engine.errors import ModelLoadError, require
 
 DEFAULT_MAX_SIDE = 1280
 """Longest side OCR sees. 1280x800 screenshots are read as they are (at 1024 px the

@@ -6,7 +6,7 @@ that validates before it runs, a second question set) is read once.
 
 Example:
     >>> from PIL import Image
-    >>> from engine.backbones.vision.images import from_pil
+    >>> from clef_engine.backbones.vision.images import from_pil
     >>> pipeline = VisionPipeline()
     >>> [ev] = pipeline.evidence([from_pil(Image.new("RGB", (64, 32), "white"), "state")])
     ...                                                         # doctest: +SKIP
@@ -22,12 +22,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.backbones.vision.images import ImageRef
-from engine.backbones.vision.layout import ImageEvidence, analyse
-from engine.backbones.vision.ocr import OcrEngine, RapidOcr
+from clef_engine.backbones.vision.images import ImageRef
+from clef_engine.backbones.vision.layout import ImageEvidence, analyse
+from clef_engine.backbones.vision.ocr import OcrEngine, RapidOcr
 
 if TYPE_CHECKING:
-    from engine.backbones.vision.clip import ClipImageEncoder
+    from clef_engine.backbones.vision.clip import ClipImageEncoder
 
 DEFAULT_CLIP_WEIGHT = 0.5
 """Weight of the image encoder in the log-linear fusion with the OCR-text distribution."""

@@ -1,6 +1,6 @@
 """Requests with images: find them, check limits, read them, and render a textual state.
 
-This is the seam between :class:`~engine.runtime.engine.DecisionEngine` and the vision
+This is the seam between :class:`~clef_engine.runtime.engine.DecisionEngine` and the vision
 pipeline. An image may be the whole state (a PIL image, bytes, a path, a base64 string or
 a data URL), sit anywhere inside a JSON state or a chat message's content parts, or be a
 wire ``asset``, referenced by its key (an opaque placeholder the caller chose: the SDK's
@@ -9,7 +9,7 @@ inside a string of the state, the instructions or the criteria. Every image beco
 evidence; the state is rendered with
 each image replaced by its text (reading order plus a layout summary), and scored by the
 same engine path as any text state. ``box`` questions are answered from the evidence by
-:mod:`engine.heads.box`, and an optional CLIP/SigLIP encoder is fused in (see
+:mod:`clef_engine.heads.box`, and an optional CLIP/SigLIP encoder is fused in (see
 :func:`fuse`).
 """
 
@@ -25,16 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from engine.backbones.vision.images import ImageRef, decode_base64, from_bytes, is_image, open_image
-from engine.backbones.vision.layout import ImageEvidence
-from engine.backbones.vision.pipeline import VisionPipeline
-from engine.errors import InvalidRequestError
-from engine.schema.image_limits import MAX_IMAGES, MAX_TOTAL_PIXELS
-from engine.schema.render import render_value
-from engine.schema.request import IMAGE_PLACEHOLDER, DecisionRequest
+from clef_engine.backbones.vision.images import ImageRef, decode_base64, from_bytes, is_image, open_image
+from clef_engine.backbones.vision.layout import ImageEvidence
+from clef_engine.backbones.vision.pipeline import VisionPipeline
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.image_limits import MAX_IMAGES, MAX_TOTAL_PIXELS
+from clef_engine.schema.render import render_value
+from clef_engine.schema.request import IMAGE_PLACEHOLDER, DecisionRequest
 
 if TYPE_CHECKING:
-    from engine.runtime.engine import DecisionEngine, Scored
+    from clef_engine.runtime.engine import DecisionEngine, Scored
 
 _PART_KEYS = ("image_url", "image", "url", "data", "source", "base64", "image_base64")
 
@@ -355,8 +355,8 @@ def score_requests(
     Box questions are answered from the OCR evidence; every other question goes through
     ``engine.score`` (one batch), then the optional image encoder is fused in.
     """
-    from engine.heads.box import locate
-    from engine.runtime.engine import Scored
+    from clef_engine.heads.box import locate
+    from clef_engine.runtime.engine import Scored
 
     visuals = [visual(engine, r) if has_images(r) else None for r in requests]
     box_answers: list[dict[str, Any]] = []

@@ -71,7 +71,7 @@ class ServerProcess:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.testing import write_tiny_bert
+    from clef_engine.testing import write_tiny_bert
 
     return write_tiny_bert(tmp_path_factory.mktemp("tiny-server") / "model")
 

@@ -43,7 +43,7 @@ def test_ray_serve_deployment_batches_and_answers_like_the_engine(
 
     from clef_agents.server.config import ServerConfig
     from clef_agents.server.ray_serve import deployment
-    from engine import DecisionEngine
+    from clef_engine import DecisionEngine
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -100,8 +100,8 @@ async def test_paths_in_chat_image_parts_and_batch_states_are_not_read(
 
 
 def test_paths_stay_images_in_the_python_api(tmp_path: Path) -> None:
-    from engine.backbones.vision.requests import has_images
-    from engine.schema.request import DecisionRequest
+    from clef_engine.backbones.vision.requests import has_images
+    from clef_engine.schema.request import DecisionRequest
 
     request = DecisionRequest.parse(_request(str(tmp_path / "x.png")))
     assert request.allow_paths and has_images(request)
@@ -111,8 +111,8 @@ def test_paths_stay_images_in_the_python_api(tmp_path: Path) -> None:
 
 
 def test_open_image_refuses_paths_without_naming_them(tmp_path: Path) -> None:
-    from engine.backbones.vision.images import open_image
-    from engine.errors import InvalidRequestError
+    from clef_engine.backbones.vision.images import open_image
+    from clef_engine.errors import InvalidRequestError
 
     missing = tmp_path / "secret.png"
     with pytest.raises(InvalidRequestError) as info:
@@ -244,7 +244,7 @@ async def test_batch_budget_per_item_and_in_all(make_app: Any, h: Any) -> None:
 def test_serve_flags_set_the_budget_and_keep_jev_latest() -> None:
     from clef_agents.cli import build_parser
     from clef_agents.cli.serve import server_config
-    from engine.schema import limits
+    from clef_engine.schema import limits
 
     defaults = server_config(build_parser().parse_args(["serve"]))
     assert defaults.max_state_chars == limits.SERVER_MAX_STATE_CHARS

@@ -463,7 +463,7 @@ def test_missing_dependency_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
     import importlib
     import sys
 
-    from engine.errors import MissingDependencyError
+    from clef_engine.errors import MissingDependencyError
 
     for name in list(sys.modules):
         if name == "clef_agents.server" or name.startswith("clef_agents.server."):

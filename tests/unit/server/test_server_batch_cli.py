@@ -21,7 +21,7 @@ QUESTIONS = {
 
 @pytest.fixture()
 def inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
-    from engine.testing import write_tiny_bert
+    from clef_engine.testing import write_tiny_bert
 
     model = write_tiny_bert(tmp_path / "model")
     data = tmp_path / "in.parquet"
@@ -164,7 +164,7 @@ def test_resume_refuses_chunks_of_another_input_and_restart_discards_them(
     assert "questions" not in line and not out.exists()
     assert main(_argv(model, other, qfile, out, "--chunk-rows", "4", "--restart")) == 0
     assert "discarding 2 chunk(s)" in capsys.readouterr().err
-    from engine import DecisionEngine
+    from clef_engine import DecisionEngine
 
     engine = DecisionEngine.from_pretrained(model, device="cpu")
     table = pq.read_table(out).to_pylist()
@@ -176,7 +176,7 @@ def test_resume_refuses_chunks_of_another_input_and_restart_discards_them(
 def test_resume_refuses_other_questions_model_or_options(
     inputs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
-    from engine.testing import write_tiny_bert
+    from clef_engine.testing import write_tiny_bert
 
     model, data, qfile = inputs
     out = tmp_path / "out.parquet"
