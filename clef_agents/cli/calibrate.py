@@ -92,7 +92,11 @@ def _trained_questions(engine: Any, instructions: str | None) -> dict[str, Any] 
 def _metrics(probs: list[list[float]], labels: list[int]) -> dict[str, float]:
     import numpy as np
 
-    from clef_engine.calibration import brier_score, expected_calibration_error, negative_log_likelihood
+    from clef_engine.calibration import (
+        brier_score,
+        expected_calibration_error,
+        negative_log_likelihood,
+    )
 
     out: dict[str, list[float]] = {"ece": [], "nll": [], "brier": []}
     by_width: dict[int, list[int]] = {}
@@ -118,7 +122,7 @@ def _refit_memory(
     after: list[list[float]],
     labels: list[int],
 ) -> dict[str, dict[str, float]]:
-    """:func:`clef_engine.heads.memory.refit_memory` on the held-out rows; reports by question id."""
+    """:func:`clef_engine.heads.memory.refit_memory` on the held-out rows, by question id."""
     from clef_engine.heads.memory import refit_memory
     from clef_engine.heads.option_evidence import fingerprint, question_context
 

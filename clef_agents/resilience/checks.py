@@ -26,7 +26,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from clef_engine.errors import ClefError
-from clef_engine.schema.answers import BoxAnswer, ChoiceAnswer, DecisionResult, NoulAnswer, ScoreAnswer
+from clef_engine.schema.answers import (
+    BoxAnswer,
+    ChoiceAnswer,
+    DecisionResult,
+    NoulAnswer,
+    ScoreAnswer,
+)
 from clef_engine.schema.questions import Box, Choice, Noul, Score, _Question
 from clef_engine.schema.request import DecisionRequest
 

@@ -57,7 +57,12 @@ from clef_agents.resilience.counters import Counters
 from clef_agents.resilience.loading import EngineLoader
 from clef_agents.resilience.rules import RuleFallback
 from clef_agents.resilience.workers import CallTimeout, TimeoutPool, WorkersBusy
-from clef_engine.errors import ClefError, InvalidRequestError, ModelLoadError, UnsupportedQuestionError
+from clef_engine.errors import (
+    ClefError,
+    InvalidRequestError,
+    ModelLoadError,
+    UnsupportedQuestionError,
+)
 from clef_engine.schema.answers import BoxAnswer, DecisionResult
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
 

@@ -1,4 +1,4 @@
-"""Limits on image inputs, beside :mod:`clef_engine.schema.limits` so errors, docs and the server agree.
+"""Limits on image inputs, beside :mod:`clef_engine.schema.limits`: errors, docs, server agree.
 
 Every limit is checked before pixels are decoded: the encoded size first, then the
 dimensions read from the header, so a decompression bomb is refused without allocating it.

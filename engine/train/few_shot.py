@@ -157,7 +157,8 @@ class FewShotStages(ModelForward):
         ``unlabeled`` states (encoded once; :meth:`fit` has already dropped repeats and
         labelled states, see :meth:`_unlabeled_pool`) are pseudo-labelled for every
         question by the head fitted on its labelled states, at most ``pseudo_per_label``
-        per option, and join a second fit (:class:`~clef_engine.heads.prototype.PrototypeClassifier`);
+        per option, and join a second fit
+        (:class:`~clef_engine.heads.prototype.PrototypeClassifier`);
         the temperature still comes from the labelled states alone. Every question sees
         every unlabelled state, also in data where each question is asked of only some
         states.

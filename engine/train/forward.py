@@ -1,7 +1,8 @@
 """The trainer's model and its forward passes: features, logits per question, evaluation.
 
 :class:`ModelForward` is the base of :class:`clef_engine.train.trainer.Trainer` and of its stage
-mixins (:mod:`clef_engine.train.few_shot`, :mod:`clef_engine.train.memory`, :mod:`clef_engine.train.rl`,
+mixins (:mod:`clef_engine.train.few_shot`, :mod:`clef_engine.train.memory`,
+:mod:`clef_engine.train.rl`,
 :mod:`clef_engine.train.checkpoint`): it declares the state :meth:`Trainer.build` sets and
 computes what every stage reads from the model.
 """

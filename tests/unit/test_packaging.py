@@ -7,8 +7,9 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"clef_engine": "engine", "clef_agents": "clef_agents"}
@@ -49,10 +50,7 @@ def test_a_users_own_engine_package_does_not_shadow_clef_agents(tmp_path):
     user_engine = tmp_path / "engine"
     user_engine.mkdir()
     (user_engine / "__init__.py").write_text("raise ImportError('the user project engine')\n")
-    code = (
-        "import engine\n"
-        "assert False, 'unreachable'\n"
-    )
+    code = "import engine\nassert False, 'unreachable'\n"
     shadowed = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True
     )

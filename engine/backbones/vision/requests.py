@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from clef_engine.backbones.vision.images import ImageRef, decode_base64, from_bytes, is_image, open_image
+from clef_engine.backbones.vision.images import (
+    ImageRef,
+    decode_base64,
+    from_bytes,
+    is_image,
+    open_image,
+)
 from clef_engine.backbones.vision.layout import ImageEvidence
 from clef_engine.backbones.vision.pipeline import VisionPipeline
 from clef_engine.errors import InvalidRequestError
