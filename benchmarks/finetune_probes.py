@@ -91,8 +91,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune_banking77 as fb
 
 import clef_engine.train.trainer as trainer_module
+from clef_engine.backbones.adapter import ADAPTER_DIR
 from clef_engine.calibration.temperature import Calibrator, fit_temperature
-from clef_engine.runtime.adapter import ADAPTER_DIR
 from clef_engine.train.data import split
 
 RESULTS = fb.ROOT / "benchmarks" / "results" / "finetune_probes.json"

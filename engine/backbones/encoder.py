@@ -23,8 +23,8 @@ import torch
 
 from clef_engine.backbones.base import Encoded
 from clef_engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
+from clef_engine.devices import select_device, select_dtype
 from clef_engine.errors import InvalidRequestError, ModelLoadError
-from clef_engine.runtime.devices import select_device, select_dtype
 
 PACKAGED = "packaged:all-MiniLM-L6-v2"
 """The reference that ``config.json`` stores for the embedded default model."""

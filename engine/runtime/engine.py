@@ -34,6 +34,7 @@ import torch
 from clef_engine.backbones import PACKAGED, Backbone, load_backbone
 from clef_engine.backbones.vision import requests as vision
 from clef_engine.calibration.temperature import Calibrator
+from clef_engine.devices import select_device, select_dtype
 from clef_engine.errors import (
     ClefError,
     InvalidRequestError,
@@ -44,7 +45,6 @@ from clef_engine.heads.memory import fit_question_memory_cross
 from clef_engine.heads.prototype import PrototypeClassifier
 from clef_engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
 from clef_engine.runtime import general, model_dir
-from clef_engine.runtime.devices import select_device, select_dtype
 from clef_engine.schema.answers import (
     Answer,
     ChoiceAnswer,

@@ -60,7 +60,7 @@ def is_prompted(data: dict[str, Any]) -> bool:
 def adapt_backbone(backbone: Any, directory: Path, quantize: str | None) -> str:
     """Merge ``directory/adapter`` into the encoder ``backbone`` (built unquantized), then
     quantize it to int8 if asked; returns a digest of the adapter weights."""
-    from clef_engine.runtime.adapter import ADAPTER_DIR, merge_lora
+    from clef_engine.backbones.adapter import ADAPTER_DIR, merge_lora
 
     adapter = directory / ADAPTER_DIR
     merge_lora(backbone.model, adapter)

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clef_engine.backbones import BACKBONES, PACKAGED
+from clef_engine.backbones.adapter import ADAPTER_DIR
 from clef_engine.calibration.temperature import Calibrator
 from clef_engine.errors import ClefError, ModelLoadError
-from clef_engine.runtime.adapter import ADAPTER_DIR
 from clef_engine.runtime.general import is_prompted
 
 if TYPE_CHECKING:
@@ -275,10 +275,10 @@ def _load_trained(
 ) -> DecisionEngine:
     """A fine-tuned model: LoRA merged into the backbone, the trained head on top."""
     from clef_engine.backbones import load_backbone
+    from clef_engine.backbones.adapter import merge_lora
     from clef_engine.heads.memory import ExampleMemory
     from clef_engine.heads.option_evidence import HEAD_FILE, OptionEvidenceHead
     from clef_engine.heads.trained import TrainedHead, weights_digest
-    from clef_engine.runtime.adapter import merge_lora
 
     kwargs.pop("backbone", None)
     device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)

@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from clef_engine.backbones import PACKAGED
+from clef_engine.backbones.adapter import ADAPTER_DIR
 from clef_engine.backbones.encoder import EncoderBackbone
 from clef_engine.calibration.fit import fit_calibrator
 from clef_engine.calibration.temperature import Calibrator
@@ -67,7 +68,6 @@ from clef_engine.heads.option_evidence import (
     question_context,
 )
 from clef_engine.heads.zero_shot import option_texts
-from clef_engine.runtime.adapter import ADAPTER_DIR
 from clef_engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
 from clef_engine.train.checkpoint import CheckpointState
 from clef_engine.train.config import HEADS, MAX_RANK, TrainConfig, TrainResult

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
+from clef_engine.backbones.adapter import merge_lora
 from clef_engine.errors import ModelLoadError, peft_quietly
-from clef_engine.runtime.adapter import merge_lora
 from clef_engine.testing import write_tiny_bert
 
 peft = pytest.importorskip("peft")

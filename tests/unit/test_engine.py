@@ -290,7 +290,7 @@ def test_a_prototype_memory_mixes_into_the_answer():
 
 
 def test_device_and_dtype_errors(tiny_engine):
-    from clef_engine.runtime.devices import select_device, select_dtype
+    from clef_engine.devices import select_device, select_dtype
 
     if not torch.cuda.is_available():
         with pytest.raises(DeviceUnavailableError, match="cuda"):

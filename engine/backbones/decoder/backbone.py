@@ -36,6 +36,7 @@ from clef_engine.backbones.decoder.tree import Group, Row, TreeScorer
 from clef_engine.backbones.encoder import _quiet_transformers
 from clef_engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
 from clef_engine.calibration.temperature import Calibrator
+from clef_engine.devices import select_device, select_dtype
 from clef_engine.errors import (
     InvalidRequestError,
     ModelLoadError,
@@ -44,7 +45,6 @@ from clef_engine.errors import (
     require,
 )
 from clef_engine.heads.zero_shot import PreparedQuestion, prepare
-from clef_engine.runtime.devices import select_device, select_dtype
 from clef_engine.schema.render import canonical_json
 
 if TYPE_CHECKING:
@@ -487,7 +487,7 @@ class DecoderBackbone:
             raise ValueError("the model already has an adapter")
         from safetensors import SafetensorError
 
-        from clef_engine.runtime.adapter import read_adapter_config
+        from clef_engine.backbones.adapter import read_adapter_config
 
         read_adapter_config(path)  # a typed error naming the field, before peft reads it
 

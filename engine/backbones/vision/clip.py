@@ -28,8 +28,8 @@ from PIL import Image
 
 from clef_engine.backbones.encoder import _quiet_transformers
 from clef_engine.backbones.hf_dir import NO_REMOTE_CODE, check_hf_dir
+from clef_engine.devices import select_device, select_dtype
 from clef_engine.errors import ModelLoadError
-from clef_engine.runtime.devices import select_device, select_dtype
 
 SUPPORTED = ("clip", "siglip", "siglip2")
 
