@@ -21,6 +21,7 @@ from clef_engine.heads.zero_shot import option_texts
 from clef_engine.train.contrastive import contrastive_batch, supervised_contrastive_loss
 from clef_engine.train.data import TrainingDataError, TrainingSet
 from clef_engine.train.forward import ModelForward
+from clef_engine.train.schedule import linear_schedule
 
 CONTRASTIVE_CHUNK = 32
 """States per backbone forward inside one contrastive step (sorted by length first)."""
@@ -94,10 +95,7 @@ class FewShotStages(ModelForward):
             params, lr=cfg.contrastive_lr or cfg.lr, weight_decay=cfg.weight_decay
         )
         total = cfg.contrastive_steps
-        warmup = max(1, round(total / 6))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: min(1.0, (s + 1) / warmup) * max(0.0, 1.0 - s / total)
-        )
+        scheduler = linear_schedule(optimizer, round(total / 6), total)
         rng = random.Random(cfg.seed)
         self.model.train()
         losses: list[float] = []

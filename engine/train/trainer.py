@@ -78,6 +78,7 @@ from clef_engine.train.forward import _ece_after
 from clef_engine.train.losses import decision_loss, symmetric_kl
 from clef_engine.train.memory import MemoryStage
 from clef_engine.train.rl import ReinforceStage
+from clef_engine.train.schedule import linear_schedule
 
 log = logging.getLogger(__name__)
 
@@ -366,14 +367,8 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         )
         steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
         total = steps_per_epoch * epochs
-        warmup = max(1, int(cfg.warmup_ratio * total))
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            return max(0.0, (total - step) / max(1, total - warmup))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        # Transformers' linear warm-up and decay (epochs=0, the prototype head: never stepped).
+        scheduler = linear_schedule(optimizer, int(cfg.warmup_ratio * total), max(1, total))
         history: list[dict[str, float]] = []
         best: dict[str, Any] = {"score": -math.inf, "epoch": 0, "state": None}
         start_epoch = 0

@@ -1127,3 +1127,33 @@ def test_dora_adapters_train_and_merge_into_the_loaded_engine(backbone_dir, tmp_
     assert_engine_answers_as_the_trainer(trainer, tmp_path)
     with pytest.raises(ValueError, match="use_dora adapts the backbone; it needs lora_rank > 0"):
         TrainConfig(use_dora=True, lora_rank=0).check()
+
+
+def test_the_epochs_follow_transformers_linear_schedule(backbone_dir, tmp_path, monkeypatch):
+    """24 states in batches of 8 for 2 epochs: 6 steps, int(0.34 * 6) = 2 of warm-up. Each
+    step's rate is the group's rate times 0, 1/2, 1, 3/4, 1/2, 1/4 (the head and the
+    adapters alike), as get_linear_schedule_with_warmup gives it."""
+    import clef_engine.train.trainer as trainer_module
+
+    used: list[list[float]] = []
+    real = trainer_module.linear_schedule
+
+    def recording(optimizer, warmup, total):
+        scheduler = real(optimizer, warmup, total)
+        step = scheduler.step
+
+        def step_and_record(*args, **kwargs):
+            used.append([g["lr"] for g in optimizer.param_groups])  # the rates just used
+            return step(*args, **kwargs)
+
+        scheduler.step = step_and_record
+        return scheduler
+
+    monkeypatch.setattr(trainer_module, "linear_schedule", recording)
+    cfg = config(epochs=2, val_fraction=0.0, warmup_ratio=0.34, memory=False, lr=5e-3)
+    Trainer(cfg, backbone=str(backbone_dir)).fit(dataset(n=24), tmp_path)
+    shape = [0.0, 0.5, 1.0, 0.75, 0.5, 0.25]
+    assert [
+        [round(r / base, 6) for r, base in zip(rates, (cfg.head_lr, cfg.lr, cfg.lr))]
+        for rates in used
+    ] == [[f] * 3 for f in shape]
