@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from clef_engine.errors import ClefError, InvalidRequestError, UnsupportedQuestionError
+from clef_engine.runtime.thresholds import Thresholds, finish
 from clef_engine.schema.answers import (
     Answer,
     BoxAnswer,
@@ -91,6 +92,8 @@ class FakeEngine:
         self.model_version = version
         self.calls = 0
         """How many requests this engine has answered (batches count every item)."""
+        self.thresholds: Thresholds | None = None
+        """Saved thresholds, as on a ``DecisionEngine`` (answers get ``x_abstained``)."""
 
     # -- requests ----------------------------------------------------------------------
 
@@ -162,7 +165,7 @@ class FakeEngine:
             raise InvalidRequestError("state renders to empty text", field="state")
         answers = {qid: self._answer(qid, state, q) for qid, q in request.questions.items()}
         self.calls += 1
-        return DecisionResult(
+        result = DecisionResult(
             model=request.model if request.model != DEFAULT_MODEL else self.model_name,
             answers=answers,
             usage=Usage(input_tokens=len(state.split()), output_tokens=0),
@@ -171,6 +174,8 @@ class FakeEngine:
             x_latency_ms=0.0,
             x_top_probability={q: a.top_probability() for q, a in answers.items()},
         )
+        finish(self, [request], [result])  # none_of_these margins, saved thresholds
+        return result
 
     # -- public API (the DecisionEngine surface) ---------------------------------------
 

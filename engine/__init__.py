@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from clef_engine.backbones import Backbone, EncoderBackbone, load_backbone, register_backbone
     from clef_engine.calibration import Calibrator
     from clef_engine.runtime.engine import DecisionEngine
+    from clef_engine.runtime.none_of_these import fit_none_below
+    from clef_engine.runtime.thresholds import Thresholds, fit_thresholds
 
 # Names whose modules import torch load on first use, so that the schema, the errors and
 # torch-free layers (``clef_agents.fake``, rule fallbacks) import without torch.
@@ -47,6 +49,9 @@ _LAZY = {
     "register_backbone": "clef_engine.backbones",
     "Calibrator": "clef_engine.calibration",
     "DecisionEngine": "clef_engine.runtime.engine",
+    "Thresholds": "clef_engine.runtime.thresholds",
+    "fit_thresholds": "clef_engine.runtime.thresholds",
+    "fit_none_below": "clef_engine.runtime.none_of_these",
 }
 
 
@@ -84,9 +89,12 @@ __all__ = [
     "Score",
     "ScoreAnswer",
     "StateTooLargeError",
+    "Thresholds",
     "UnsupportedQuestionError",
     "Usage",
     "__version__",
+    "fit_none_below",
+    "fit_thresholds",
     "load_backbone",
     "register_backbone",
 ]

@@ -45,6 +45,7 @@ from clef_engine.heads.memory import fit_question_memory_cross
 from clef_engine.heads.prototype import PrototypeClassifier
 from clef_engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
 from clef_engine.runtime import general, model_dir
+from clef_engine.runtime import thresholds as abstention
 from clef_engine.schema.answers import (
     Answer,
     ChoiceAnswer,
@@ -162,6 +163,11 @@ class DecisionEngine:
             :mod:`clef_engine.runtime.general`); ``"similarity"``: the bare embedding
             similarity of earlier releases. Other backbones and paths ignore it.
     """
+
+    thresholds: abstention.Thresholds | None = None
+    """Saved confidence thresholds (``thresholds.json`` of the model dir, or
+    :func:`~clef_engine.runtime.thresholds.fit_thresholds`): answers they cover carry
+    ``x_threshold`` and ``x_abstained``. ``None``: answers carry neither."""
 
     def __init__(
         self,
@@ -281,11 +287,15 @@ class DecisionEngine:
     @classmethod
     def from_pretrained(cls, directory: str | Path, **kwargs: Any) -> DecisionEngine:
         """Load a model dir written by :meth:`save_pretrained`, or a bare local HF model dir."""
-        return model_dir.load(cls, Path(directory), **kwargs)
+        engine = model_dir.load(cls, Path(directory), **kwargs)
+        abstention.attach(engine, Path(directory))  # thresholds.json, when it has one
+        return engine
 
     def save_pretrained(self, directory: str | Path, *, copy_backbone: bool = False) -> Path:
         """Write ``config.json`` (+ weights) so :meth:`from_pretrained` restores this engine."""
-        return model_dir.save(self, Path(directory), copy_backbone=copy_backbone)
+        out = model_dir.save(self, Path(directory), copy_backbone=copy_backbone)
+        abstention.save_into(self, out)
+        return out
 
     # -- preparation -----------------------------------------------------------------
 
@@ -525,6 +535,7 @@ class DecisionEngine:
                     x_top_probability={q: a.top_probability() for q, a in answers.items()},
                 )
             )
+        abstention.finish(self, requests, results)  # none_of_these margins, x_abstained
         total = (time.perf_counter() - started) * 1000.0
         for result in results:
             result.x_latency_ms = round(total / len(results), 3)

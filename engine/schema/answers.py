@@ -42,6 +42,13 @@ def score_confidence(probabilities: Sequence[float]) -> float:
 class _Answer(BaseModel):
     model_config = ConfigDict(extra="allow")
 
+    x_abstained: bool | None = None
+    """Whether the answer is below its saved threshold (``x_threshold``): the model's best
+    guess, not a decision to act on; routers and selectors take their default route. Set
+    only by an engine with saved thresholds (:mod:`clef_engine.runtime.thresholds`)."""
+    x_threshold: float | None = None
+    """The saved threshold this answer was held to (least top probability to decide)."""
+
     def top_probability(self) -> float:
         """The calibrated probability of the answer given (used for confidence gates)."""
         raise NotImplementedError

@@ -110,17 +110,74 @@ class _Question(BaseModel):
         return "" if value is None else render_value(value, "instructions")
 
 
+NONE_OF_THESE = "none_of_these"
+"""The option :attr:`Choice.none_of_these` adds: the input fits none of the others."""
+
+NONE_OF_THESE_DESCRIPTION = "none of the other options fits; the input is about something else"
+"""How ``none_of_these=True`` describes the option (weak on its own: teach it with examples
+or give it a margin, see docs/abstention.md)."""
+
+
 class Choice(_Question):
     """Pick one of 2..255 options; the answer has ``probabilities`` summing to 1.
 
     ``criteria`` maps option name to a description (string or JSON), ``None``, or
     ``{"description": ..., "examples": [...]}``. A list of names is accepted as shorthand.
+
+    Out of scope: ``none_of_these`` adds the option ``"none_of_these"``, taught by
+    examples of inputs that fit no option (the strong way) and/or chosen by a margin rule
+    (``none_below``: when the best other option's probability is below it).
+
+    Example:
+        >>> q = Choice(criteria=["card_arrival", "exchange_rate"],
+        ...            none_of_these=["what is the weather like?", "book me a flight"],
+        ...            none_below=0.3)
+        >>> [o.name for o in q.option_specs()]
+        ['card_arrival', 'exchange_rate', 'none_of_these']
     """
 
     type: Literal["choice"] = "choice"
     instructions: JSONText | None = None
     """Optional: without it the question is the choice between the options alone."""
     criteria: dict[str, Any]
+    none_of_these: bool | list[str] | dict[str, Any] = False
+    """Add an out-of-scope option named ``none_of_these``: ``True`` (described only), a
+    list of example inputs that fit none of the options (prototypes, as for any option), or
+    ``{"description": ..., "examples": [...]}``."""
+    none_below: float | None = None
+    """Margin rule of ``none_of_these``: when the best other option's probability is below
+    this, the answer is ``none_of_these`` (fit it with
+    :func:`clef_engine.runtime.none_of_these.fit_none_below`)."""
+
+    @model_validator(mode="after")
+    def _check_none_of_these(self) -> Choice:
+        if self.none_of_these is False or self.none_of_these is None:
+            if self.none_below is not None:
+                raise ValueError("none_below needs none_of_these (the option it chooses)")
+            return self
+        if NONE_OF_THESE in self.criteria:
+            raise ValueError(
+                f"none_of_these adds the option {NONE_OF_THESE!r}; criteria already has one"
+            )
+        if len(self.criteria) + 1 > MAX_CHOICE_OPTIONS:
+            raise ValueError(
+                f"none_of_these adds an option to {len(self.criteria)}; a choice takes at "
+                f"most {MAX_CHOICE_OPTIONS}"
+            )
+        self._none_spec()  # checks the examples and description
+        if self.none_below is not None and not 0.0 < self.none_below < 1.0:
+            raise ValueError(f"none_below must be in (0, 1); got {self.none_below!r}")
+        return self
+
+    def _none_spec(self) -> OptionSpec:
+        value = self.none_of_these
+        if value is True:
+            return OptionSpec(NONE_OF_THESE, NONE_OF_THESE_DESCRIPTION)
+        if isinstance(value, list):
+            value = {"description": NONE_OF_THESE_DESCRIPTION, "examples": value}
+        if isinstance(value, dict) and not value.get("description"):
+            value = {**value, "description": NONE_OF_THESE_DESCRIPTION}
+        return _parse_criterion(NONE_OF_THESE, value, "none_of_these")
 
     @field_validator("criteria", mode="before")
     @classmethod
@@ -151,7 +208,10 @@ class Choice(_Question):
         return value
 
     def option_specs(self) -> list[OptionSpec]:
-        return [_parse_criterion(k, v, "criteria") for k, v in self.criteria.items()]
+        specs = [_parse_criterion(k, v, "criteria") for k, v in self.criteria.items()]
+        if self.none_of_these is not False and self.none_of_these is not None:
+            specs.append(self._none_spec())
+        return specs
 
 
 class Noul(_Question):
