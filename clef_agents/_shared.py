@@ -19,7 +19,13 @@ of a dict input (``"ticket"``), or a function of the input."""
 
 
 def default_engine() -> Any:
-    """The process-wide engine on the embedded model, built on first use and shared."""
+    """The process-wide engine on the embedded model, built on first use and shared.
+
+    Every adapter that is given no engine uses this one: routers, graph edges, selectors,
+    workflow steps and :class:`~clef_agents.vision.ScreenshotClassifier` (whose
+    ``clef_agents.vision.default_engine`` is this function), so the model loads once per
+    process.
+    """
     global _DEFAULT
     if _DEFAULT is None:
         with _LOCK:

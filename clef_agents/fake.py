@@ -42,6 +42,7 @@ from clef_engine.schema.answers import (
 from clef_engine.schema.questions import Box, Noul, Score, _Question
 from clef_engine.schema.render import render_value
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
+from clef_engine.slots import Slots
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -192,15 +193,13 @@ class FakeEngine:
         self, states: Sequence[Any], questions: Any = None, *, return_exceptions: bool = False
     ) -> list[Any]:
         """Answer many requests in order; errors in their slots with ``return_exceptions``."""
-        out: list[Any] = []
-        for item in states:
-            try:
-                out.append(self._run(self._as_request(item, questions)))
-            except ClefError as exc:
-                if not return_exceptions:
-                    raise
-                out.append(exc)
-        return out
+        answered = Slots.parse(
+            states,
+            lambda item: self._run(self._as_request(item, questions)),
+            catch=ClefError,
+            raise_errors=not return_exceptions,
+        )
+        return answered.fill(answered.pending)
 
     async def adecide(
         self, state: Any, questions: Any = None, *, assets: Mapping[str, Any] | None = None

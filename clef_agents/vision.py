@@ -26,11 +26,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import inspect
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from clef_agents._shared import default_engine
 from clef_agents.page_types import PAGE_TYPES
 from clef_engine import Box, Choice, DecisionEngine
 from clef_engine.errors import InvalidRequestError
@@ -115,24 +115,13 @@ def page_type_question(
     return Choice(instructions=instructions, criteria=criteria)
 
 
-_DEFAULT_ENGINE: DecisionEngine | None = None
-_ENGINE_LOCK = threading.Lock()
-
-
-def default_engine() -> DecisionEngine:
-    """One shared engine on the embedded model, built on first use."""
-    global _DEFAULT_ENGINE
-    with _ENGINE_LOCK:
-        if _DEFAULT_ENGINE is None:
-            _DEFAULT_ENGINE = DecisionEngine()
-        return _DEFAULT_ENGINE
-
-
 class ScreenshotClassifier:
     """What kind of page is this? A ready-made, calibrated ``Choice`` for browser agents.
 
     Args:
-        engine: The decision engine (default: a shared one on the embedded model).
+        engine: The decision engine (default: the process-wide one that the routers and
+            selectors share, :func:`clef_agents._shared.default_engine`, so the model loads
+            once).
         page_types: A subset of :data:`PAGE_TYPES` names, or your own criteria mapping.
         question_id: The id the question has in results.
         full_page: Screenshot the full scrollable page when given a Playwright page.

@@ -16,6 +16,7 @@ from clef_engine.schema.answers import DecisionResult
 from clef_engine.schema.questions import readable
 from clef_engine.schema.render import render_value
 from clef_engine.schema.request import questions_from
+from clef_engine.slots import Slots
 
 EVENT = "clef_decision"
 """Name of the custom callback event every decision emits (data: probabilities etc.)."""
@@ -70,18 +71,9 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
             return value  # a whole request
         return {"state": extract_state(value, self.state_from), "questions": self.questions}
 
-    def _items(self, inputs: list[Any]) -> tuple[list[Any], list[int], list[Any]]:
+    def _items(self, inputs: list[Any]) -> Slots[Any]:
         """Engine items for the inputs that convert; failures stay in their slots."""
-        slots: list[Any] = [None] * len(inputs)
-        good: list[int] = []
-        items: list[Any] = []
-        for i, value in enumerate(inputs):
-            try:
-                items.append(self._item(value))
-                good.append(i)
-            except Exception as exc:
-                slots[i] = exc
-        return items, good, slots
+        return Slots.parse(inputs, self._item)
 
     # -- runs --------------------------------------------------------------------------
 
@@ -106,21 +98,27 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
         return await acall_as_run(self, self._adecide, input, config)
 
     def _decide_batch(self, inputs: list[Any], config: list[RunnableConfig]) -> list[Any]:
-        items, good, slots = self._items(inputs)
-        results = self.engine.decide_batch(items, return_exceptions=True) if items else []
-        for i, result in zip(good, results, strict=True):
-            slots[i] = result
-            if isinstance(result, DecisionResult):
-                emit(EVENT, partial(decision_record, result), config[i])
+        items = self._items(inputs)
+        results = (
+            self.engine.decide_batch(items.pending, return_exceptions=True) if items.pending else []
+        )
+        slots = items.fill(results)
+        for i in items.indexes:
+            if isinstance(slots[i], DecisionResult):
+                emit(EVENT, partial(decision_record, slots[i]), config[i])
         return slots
 
     async def _adecide_batch(self, inputs: list[Any], config: list[RunnableConfig]) -> list[Any]:
-        items, good, slots = self._items(inputs)
-        results = await self.engine.adecide_batch(items, return_exceptions=True) if items else []
-        for i, result in zip(good, results, strict=True):
-            slots[i] = result
-            if isinstance(result, DecisionResult):
-                await aemit(EVENT, partial(decision_record, result), config[i])
+        items = self._items(inputs)
+        results = (
+            await self.engine.adecide_batch(items.pending, return_exceptions=True)
+            if items.pending
+            else []
+        )
+        slots = items.fill(results)
+        for i in items.indexes:
+            if isinstance(slots[i], DecisionResult):
+                await aemit(EVENT, partial(decision_record, slots[i]), config[i])
         return slots
 
     def batch(

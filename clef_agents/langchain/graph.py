@@ -4,7 +4,9 @@
 ``StateGraph.add_conditional_edges``: graph state in, node name(s) out.
 
 - A ``choice`` (a ``Choice`` or ``{node: description}``) goes to the chosen option's
-  node, or to ``fallback`` when the option's probability is below ``min_confidence``.
+  node, or to ``fallback`` when the option's probability is below ``min_confidence``
+  (the same gate as :class:`ClefRouter`: equal passes, ``0.0`` always follows, ``None``
+  uses the model's saved threshold).
 - Several ``noul`` questions (``{node: Noul or "description"}``, ``multi=True``) fan out
   to every node whose P(yes) is at least ``threshold`` (LangGraph runs them in
   parallel), or to ``fallback`` when none is.
@@ -25,6 +27,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableLambda
 
+from clef_agents._gate import ConfidenceGate, engine_thresholds
 from clef_agents._shared import StateFrom, as_choice, default_engine, extract_state
 from clef_agents.langchain.router import ClefRouter
 from clef_engine.errors import InvalidRequestError
@@ -48,7 +51,7 @@ def clef_path(
     question: Any,
     *,
     fallback: str,
-    min_confidence: float = 0.0,
+    min_confidence: float | None = None,
     threshold: float = 0.5,
     multi: bool = False,
     nodes: Mapping[str, str] | None = None,
@@ -63,7 +66,9 @@ def clef_path(
             :class:`ClefRouter` (its question, engine and threshold), or with
             ``multi=True`` a mapping ``{node: Noul or description}`` (fan-out).
         fallback: The node to take below the threshold.
-        min_confidence: For a choice: least calibrated probability to follow it.
+        min_confidence: For a choice: least calibrated probability to follow it, in
+            [0, 1] (``0.0``: always follow). ``None``: a router's own threshold, else the
+            engine's saved threshold for the question, else ``0.0``.
         threshold: For ``multi``: least P(yes) for a node to run.
         nodes: Option name to node name, where they differ.
         engine: ``DecisionEngine``, ``FakeEngine`` or ``ResilientEngine``.
@@ -74,12 +79,17 @@ def clef_path(
         A Runnable with sync and async forms; pass it to ``add_conditional_edges``.
     """
     nodes = dict(nodes or {})
+    inherited: ConfidenceGate | None = None
+    qid = "route"  # the question's id where saved thresholds are looked up
     if isinstance(question, ClefRouter):
-        engine = engine or question.engine
+        qid = question.question_id
+        engine = engine if engine is not None else question.engine
         state_from = state_from if state_from is not None else question.state_from
-        min_confidence = min_confidence or question.min_confidence
+        if min_confidence is None:
+            inherited = question.gate
         question = question.question
     engine = engine if engine is not None else default_engine()
+    gate = inherited or ConfidenceGate(min_confidence, saved=engine_thresholds(engine))
 
     if multi:
         if not isinstance(question, Mapping) or not question:
@@ -87,25 +97,26 @@ def clef_path(
                 "multi=True needs a mapping {node: Noul or description}", field="question"
             )
         questions: dict[str, Any] = dict(_nouls(question))
+        fan_out = ConfidenceGate(threshold, field="threshold")
 
         def choose(result: DecisionResult) -> Any:
             picked = []
             for node in questions:
                 answer = result.answers[node]
                 assert isinstance(answer, NoulAnswer)
-                if answer.noul >= threshold:
+                if fan_out.passes(answer.noul, node, questions[node]):
                     picked.append(nodes.get(node, node))
             return picked or fallback
 
     else:
         questions = {"route": as_choice(question)}
+        options = [o.name for o in questions["route"].option_specs()]
 
         def choose(result: DecisionResult) -> Any:
             answer = result.answers["route"]
             assert isinstance(answer, ChoiceAnswer)
-            if answer.top_probability() < min_confidence:
-                return fallback
-            return nodes.get(answer.choice, answer.choice)
+            pick = gate.pick(answer, options, qid, questions["route"])
+            return fallback if pick.route is None else nodes.get(pick.route, pick.route)
 
     def path(state: Any) -> Any:
         result = engine.decide(extract_state(state, state_from), questions)

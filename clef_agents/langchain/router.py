@@ -9,8 +9,9 @@ from typing import Any, TypedDict
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import ensure_config
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PrivateAttr
 
+from clef_agents._gate import ConfidenceGate, LowConfidenceError, check_threshold, engine_thresholds
 from clef_agents._shared import (
     StateFrom,
     as_choice,
@@ -22,6 +23,7 @@ from clef_agents.langchain._events import acall_as_run, aemit, call_as_run, emit
 from clef_engine.errors import InvalidRequestError
 from clef_engine.schema.answers import ChoiceAnswer, DecisionResult
 from clef_engine.schema.questions import Choice
+from clef_engine.slots import Slots
 
 EVENT = "clef_route"
 """Custom callback event emitted for every routing decision."""
@@ -42,8 +44,8 @@ class ClefRouter(RunnableSerializable[Any, Any]):
     """Route an input to one of several Runnables by a calibrated ``choice``.
 
     ``invoke`` decides, then runs the chosen route with the original input; below
-    ``min_confidence`` (the calibrated probability of the chosen option), or for an
-    option with no route, it runs ``default``. ``batch`` decides all inputs in one engine
+    ``min_confidence`` (the calibrated probability of the chosen option; equal passes),
+    or for an option with no route, it runs ``default``. ``batch`` decides all inputs in one engine
     batch, then calls each route's ``batch`` once with its inputs. ``stream``/``astream``
     stream the chosen route's output. The decision reaches callers three ways: the
     ``clef_route`` custom callback event, the chosen route's run metadata (``clef_route``,
@@ -54,7 +56,9 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         question: A :class:`Choice`, or a plain ``{option: description}`` mapping.
         routes: A Runnable (or function) per option.
         default: Runs below ``min_confidence`` and for options without a route.
-        min_confidence: Threshold on the chosen option's calibrated probability.
+        min_confidence: Threshold on the chosen option's calibrated probability, in
+            [0, 1]; ``0.0`` always follows the choice. ``None`` (the default): the
+            threshold saved with the engine's model for this question, else ``0.0``.
         engine: ``DecisionEngine``, ``FakeEngine`` or ``ResilientEngine``; default: the
             shared engine on the embedded model.
         state_from: Decide on this key of a dict input (or a function of the input);
@@ -77,11 +81,12 @@ class ClefRouter(RunnableSerializable[Any, Any]):
     question: Choice
     routes: dict[str, Runnable[Any, Any]]
     default: Runnable[Any, Any] | None = None
-    min_confidence: float = 0.0
+    min_confidence: float | None = None
     engine: Any = Field(default=None, exclude=True)
     state_from: StateFrom = Field(default=None, exclude=True)
     return_decision: bool = False
     question_id: str = "route"
+    _gate: ConfidenceGate = PrivateAttr()
 
     def __init__(
         self,
@@ -94,6 +99,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         if routes is not None:
             kwargs["routes"] = routes
         kwargs["question"] = as_choice(kwargs.get("question"))
+        kwargs["min_confidence"] = check_threshold(kwargs.get("min_confidence"))
         kwargs["routes"] = {k: coerce_to_runnable(v) for k, v in dict(kwargs["routes"]).items()}
         if kwargs.get("default") is not None:
             kwargs["default"] = coerce_to_runnable(kwargs["default"])
@@ -104,13 +110,16 @@ class ClefRouter(RunnableSerializable[Any, Any]):
             raise InvalidRequestError(
                 f"routes {unknown} are not options of the question ({options})", field="routes"
             )
-        if self.default is None and (self.min_confidence > 0 or set(options) - set(self.routes)):
+        if self.engine is None:
+            self.engine = default_engine()
+        self._gate = ConfidenceGate(self.min_confidence, saved=engine_thresholds(self.engine))
+        if self.default is None and self._gate.needs_default(
+            options, self.routes, self.question_id, self.question
+        ):
             raise InvalidRequestError(
                 "a default route is required with min_confidence > 0 or options without a route",
                 field="default",
             )
-        if self.engine is None:
-            self.engine = default_engine()
 
     @classmethod
     def is_lc_serializable(cls) -> bool:
@@ -122,20 +131,30 @@ class ClefRouter(RunnableSerializable[Any, Any]):
 
     # -- picking -----------------------------------------------------------------------
 
+    @property
+    def gate(self) -> ConfidenceGate:
+        """The confidence gate (``min_confidence``, or the engine's saved threshold)."""
+        return self._gate
+
     def choose_route(self, decision: DecisionResult) -> tuple[str, Runnable[Any, Any]]:
-        """The route name and Runnable a decision selects (``"default"`` below threshold)."""
+        """The route name and Runnable a decision selects (``"default"`` below threshold).
+
+        Raises:
+            LowConfidenceError: Below a saved threshold, with no ``default`` route.
+        """
         answer = decision.answers[self.question_id]
         assert isinstance(answer, ChoiceAnswer)
-        route = self.routes.get(answer.choice)
-        if route is None or answer.top_probability() < self.min_confidence:
-            assert self.default is not None
-            return DEFAULT_ROUTE, self.default
-        return answer.choice, route
+        pick = self._gate.pick(answer, self.routes, self.question_id, self.question)
+        if pick.route is not None:
+            return pick.route, self.routes[pick.route]
+        if self.default is None:  # only a threshold saved after construction gets here
+            raise LowConfidenceError([pick.probability], pick.threshold)
+        return DEFAULT_ROUTE, self.default
 
     def _record(self, name: str, decision: DecisionResult) -> dict[str, Any]:
         record = decision_record(decision, self.question_id)
         record["route"] = name
-        record["min_confidence"] = self.min_confidence
+        record["min_confidence"] = self._gate.threshold(self.question_id, self.question)
         return record
 
     def _child_config(self, config: RunnableConfig, record: dict[str, Any]) -> RunnableConfig:
@@ -198,7 +217,11 @@ class ClefRouter(RunnableSerializable[Any, Any]):
             if isinstance(decision, BaseException):
                 slots[i] = decision
                 continue
-            name, _ = self.choose_route(decision)
+            try:
+                name, _ = self.choose_route(decision)
+            except LowConfidenceError as exc:
+                slots[i] = exc
+                continue
             record = self._record(name, decision)
             records[str(i)] = record
             groups.setdefault(name, []).append(i)
@@ -211,28 +234,17 @@ class ClefRouter(RunnableSerializable[Any, Any]):
             return self.default
         return self.routes[name]
 
-    def _states(self, inputs: list[Any]) -> tuple[list[Any], list[Any]]:
-        """States to decide on, and per-item errors from pulling them out of the inputs."""
-        states: list[Any] = []
-        errors: list[Any] = []
-        for value in inputs:
-            try:
-                states.append(extract_state(value, self.state_from))
-                errors.append(None)
-            except Exception as exc:
-                states.append(None)
-                errors.append(exc)
-        return states, errors
+    def _states(self, inputs: list[Any]) -> Slots[Any]:
+        """States to decide on; an input whose state cannot be pulled out keeps its error."""
+        return Slots.parse(inputs, partial(extract_state, state_from=self.state_from))
 
     def _batch(self, inputs: list[Any], config: list[RunnableConfig]) -> list[Any]:
-        states, errors = self._states(inputs)
-        good = [i for i, e in enumerate(errors) if e is None]
-        decided = self.engine.decide_batch(
-            [states[i] for i in good], self.questions, return_exceptions=True
+        states = self._states(inputs)
+        decisions = states.fill(
+            self.engine.decide_batch(states.pending, self.questions, return_exceptions=True)
+            if states.pending
+            else []
         )
-        decisions = list(errors)
-        for i, d in zip(good, decided, strict=True):
-            decisions[i] = d
         slots, groups, child, records = self._plan(inputs, decisions, config)
         for name, idx in groups.items():
             outputs = self._route(name).batch(
@@ -246,14 +258,12 @@ class ClefRouter(RunnableSerializable[Any, Any]):
         return slots
 
     async def _abatch(self, inputs: list[Any], config: list[RunnableConfig]) -> list[Any]:
-        states, errors = self._states(inputs)
-        good = [i for i, e in enumerate(errors) if e is None]
-        decided = await self.engine.adecide_batch(
-            [states[i] for i in good], self.questions, return_exceptions=True
+        states = self._states(inputs)
+        decisions = states.fill(
+            await self.engine.adecide_batch(states.pending, self.questions, return_exceptions=True)
+            if states.pending
+            else []
         )
-        decisions = list(errors)
-        for i, d in zip(good, decided, strict=True):
-            decisions[i] = d
         slots, groups, child, records = self._plan(inputs, decisions, config)
         for name, idx in groups.items():
             outputs = await self._route(name).abatch(

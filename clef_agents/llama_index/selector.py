@@ -12,30 +12,19 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import QueryBundle
 from llama_index.core.tools.types import ToolMetadata
 
+from clef_agents._gate import ConfidenceGate, LowConfidenceError, engine_thresholds
 from clef_agents._shared import default_engine
-from clef_engine.errors import ClefError
 from clef_engine.schema.answers import ChoiceAnswer, DecisionResult
 from clef_engine.schema.questions import Choice
 
-
-class LowConfidenceError(ClefError):
-    """No choice reached the selector's threshold and no default index is configured.
-
-    Attributes:
-        probabilities: Each choice's calibrated probability, in the choices' order.
-        threshold: The threshold that was not met.
-    """
-
-    error_type = "low_confidence"
-
-    def __init__(self, probabilities: list[float], threshold: float) -> None:
-        self.probabilities = probabilities
-        self.threshold = threshold
-        best = max(probabilities) if probabilities else 0.0
-        super().__init__(
-            f"no choice reached min_confidence={threshold} (best: {best:.3f}); "
-            "pass default_index= to fall back to a fixed choice"
-        )
+__all__ = [
+    "ClefMultiSelector",
+    "ClefSelection",
+    "ClefSelector",
+    "ClefSelectorResult",
+    "LowConfidenceError",  # raised without default_index; shared with the other adapters
+    "query_state",
+]
 
 
 class ClefSelection(SingleSelection):
@@ -72,18 +61,26 @@ class _ClefSelectorBase(BaseSelector):
         engine: Any = None,
         *,
         instructions: str = "Which tool is best for answering the query?",
-        min_confidence: float = 0.0,
+        min_confidence: float | None = None,
         default_index: int | None = None,
+        threshold_field: str = "min_confidence",
     ) -> None:
         self._engine = engine
         self.instructions = instructions
-        self.min_confidence = float(min_confidence)
+        self._gate = ConfidenceGate(min_confidence, field=threshold_field)
         self.default_index = default_index
+
+    @property
+    def min_confidence(self) -> float | None:
+        """The threshold given (``None``: the engine's saved one, else 0)."""
+        return self._gate.min_confidence
 
     @property
     def engine(self) -> Any:
         if self._engine is None:
             self._engine = default_engine()
+        if self._gate.saved is None:
+            self._gate.saved = engine_thresholds(self._engine)
         return self._engine
 
     # The prompt-mixin surface: a selector without an LLM has no prompts to expose.
@@ -106,16 +103,24 @@ class _ClefSelectorBase(BaseSelector):
         assert isinstance(answer, ChoiceAnswer)
         return [float(answer.probabilities[n]) for n in names]
 
-    def _picked(self, probabilities: list[float]) -> list[int]:  # pragma: no cover
+    def _picked(
+        self, names: list[str], probabilities: list[float], question: Choice
+    ) -> list[int]:  # pragma: no cover
         raise NotImplementedError
 
-    def _result(self, names: list[str], result: DecisionResult) -> ClefSelectorResult:
+    def _result(
+        self, names: list[str], questions: dict[str, Any], result: DecisionResult
+    ) -> ClefSelectorResult:
         probabilities = self._probabilities(names, result)
-        picked = self._picked(probabilities)
+        picked = self._picked(names, probabilities, questions["route"])
         below = not picked
         if below:
             if self.default_index is None:
-                raise LowConfidenceError(probabilities, self.min_confidence)
+                raise LowConfidenceError(
+                    probabilities,
+                    self._gate.threshold("route", questions["route"]),
+                    "pass default_index= to fall back to a fixed choice",
+                )
             picked = [self.default_index]
         summary = json.dumps({n: round(p, 4) for n, p in zip(names, probabilities, strict=True)})
         selections: list[SingleSelection] = [
@@ -139,13 +144,14 @@ class _ClefSelectorBase(BaseSelector):
 
     def _select(self, choices: Sequence[ToolMetadata], query: QueryBundle) -> ClefSelectorResult:
         names, questions = self._question(choices)
-        return self._result(names, self.engine.decide(query_state(query), questions))
+        return self._result(names, questions, self.engine.decide(query_state(query), questions))
 
     async def _aselect(
         self, choices: Sequence[ToolMetadata], query: QueryBundle
     ) -> ClefSelectorResult:
         names, questions = self._question(choices)
-        return self._result(names, await self.engine.adecide(query_state(query), questions))
+        result = await self.engine.adecide(query_state(query), questions)
+        return self._result(names, questions, result)
 
 
 def query_state(query: QueryBundle) -> Any:
@@ -178,7 +184,9 @@ class ClefSelector(_ClefSelectorBase):
     Args:
         engine: ``DecisionEngine``, ``FakeEngine`` or ``ResilientEngine``.
         instructions: The question asked about the query.
-        min_confidence: Least calibrated probability of the best choice.
+        min_confidence: Least calibrated probability of the best choice, in [0, 1]
+            (equal passes; ties between choices go to the first). ``None``: the
+            engine's saved threshold, else ``0.0``.
         default_index: Choice to select below the threshold (else raise).
 
     Example:
@@ -188,9 +196,9 @@ class ClefSelector(_ClefSelectorBase):
         True
     """
 
-    def _picked(self, probabilities: list[float]) -> list[int]:
-        best = max(range(len(probabilities)), key=lambda i: probabilities[i])
-        return [best] if probabilities[best] >= self.min_confidence else []
+    def _picked(self, names: list[str], probabilities: list[float], question: Choice) -> list[int]:
+        best = max(range(len(probabilities)), key=lambda i: probabilities[i])  # first of ties
+        return [best] if self._gate.passes(probabilities[best], "route", question) else []
 
 
 class ClefMultiSelector(_ClefSelectorBase):
@@ -214,10 +222,12 @@ class ClefMultiSelector(_ClefSelectorBase):
         max_outputs: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(engine, min_confidence=threshold, **kwargs)
+        super().__init__(engine, min_confidence=threshold, threshold_field="threshold", **kwargs)
         self.max_outputs = max_outputs
 
-    def _picked(self, probabilities: list[float]) -> list[int]:
-        order = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])
-        picked = [i for i in order if probabilities[i] >= self.min_confidence]
+    def _picked(self, names: list[str], probabilities: list[float], question: Choice) -> list[int]:
+        index = {name: i for i, name in enumerate(names)}
+        scores = dict(zip(names, probabilities, strict=True))
+        chosen = self._gate.select_all(scores, "route", question)
+        picked = [index[name] for name in chosen]
         return picked[: self.max_outputs] if self.max_outputs else picked

@@ -29,6 +29,7 @@ from typing import Any, Union
 from llama_index.core.workflow import Event, StartEvent, Workflow, step
 from pydantic import Field
 
+from clef_agents._gate import ConfidenceGate, LowConfidenceError, engine_thresholds
 from clef_agents._shared import StateFrom, as_choice, decision_record, default_engine
 from clef_engine.errors import InvalidRequestError
 from clef_engine.schema.answers import ChoiceAnswer
@@ -54,7 +55,7 @@ def clef_router_step(
     *,
     events: Mapping[str, type[Event]],
     default: type[Event] | None = None,
-    min_confidence: float = 0.0,
+    min_confidence: float | None = None,
     engine: Any = None,
     accepts: type[Event] = StartEvent,
     state_from: StateFrom = "query",
@@ -68,7 +69,9 @@ def clef_router_step(
         events: Event class per option (subclasses of :class:`ClefRouteEvent`, or any
             ``Event`` accepting the fields above).
         default: Event for options without one and below ``min_confidence``.
-        min_confidence: Least calibrated probability to follow the chosen option.
+        min_confidence: Least calibrated probability to follow the chosen option, in
+            [0, 1] (equal passes; ``0.0``: always follow). ``None``: the engine's saved
+            threshold for the question, else ``0.0``.
         engine: ``DecisionEngine``, ``FakeEngine`` or ``ResilientEngine``.
         accepts: The event the step consumes (default ``StartEvent``).
         state_from: Field of that event to decide on (or a function of the event).
@@ -82,7 +85,10 @@ def clef_router_step(
     unknown = sorted(set(events) - set(options))
     if unknown:
         raise InvalidRequestError(f"events for unknown options {unknown}", field="events")
-    if default is None and (min_confidence > 0 or set(options) - set(events)):
+    # Without an engine the shared one is built on first use: its saved thresholds are
+    # looked up then.
+    gate = ConfidenceGate(min_confidence, saved=engine_thresholds(engine))
+    if default is None and gate.needs_default(options, events, "route", choice):
         raise InvalidRequestError(
             "a default event is required with min_confidence > 0 or options without an event",
             field="default",
@@ -105,14 +111,18 @@ def clef_router_step(
         result = await chosen_engine.adecide(state, questions)
         answer = result.answers["route"]
         assert isinstance(answer, ChoiceAnswer)
-        probability = answer.top_probability()
-        event_cls = events.get(answer.choice)
-        route_name = answer.choice
-        if event_cls is None or probability < min_confidence:
-            assert default is not None
-            event_cls, route_name = default, "default"
+        live = ConfidenceGate(gate.min_confidence, saved=engine_thresholds(chosen_engine))
+        pick = live.pick(answer, events, "route", choice)
         record = decision_record(result, "route")
-        return event_cls(state=state, route=route_name, probability=probability, decision=record)
+        if pick.route is not None:
+            event_cls, route_name = events[pick.route], pick.route
+        elif default is not None:
+            event_cls, route_name = default, "default"
+        else:  # below a threshold saved with the model, and no default event
+            raise LowConfidenceError([pick.probability], pick.threshold)
+        return event_cls(
+            state=state, route=route_name, probability=pick.probability, decision=record
+        )
 
     route.__name__ = route.__qualname__ = name
     # The step decorator reads the accepted and emitted events from the annotations.

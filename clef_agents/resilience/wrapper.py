@@ -52,6 +52,7 @@ from tenacity import (
     wait_random,
 )
 
+from clef_agents._gate import ConfidenceGate, engine_thresholds
 from clef_agents.resilience.checks import InvalidOutputError, result_problem
 from clef_agents.resilience.counters import Counters
 from clef_agents.resilience.loading import EngineLoader
@@ -65,6 +66,7 @@ from clef_engine.errors import (
 )
 from clef_engine.schema.answers import BoxAnswer, DecisionResult
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
+from clef_engine.slots import Slots
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +123,9 @@ class ResilientEngine:
             after ``load_retry_s``, doubling up to ``max_load_retry_s``).
         fallback: The rules that answer when the model does not; ``None`` re-raises.
         min_confidence: Calibrated probability of the given answer below which the
-            fallback answers that question (a float, or one per question id).
+            fallback answers that question (a float in [0, 1], or one per question id);
+            equal passes. ``None``, and a question missing from the mapping: the wrapped
+            engine's saved threshold for that question, else no gate.
         timeout_s: Time budget of one call, retries included.
         max_attempts: Attempts per item for transient errors.
         backoff_s: First backoff; doubles per attempt with jitter, up to ``max_backoff_s``.
@@ -173,6 +177,15 @@ class ResilientEngine:
             )
         self.fallback = fallback
         self.min_confidence = min_confidence
+        self._gates: dict[str, ConfidenceGate] = {}
+        saved = engine_thresholds(self)  # the wrapped engine's, read when answers arrive
+        if isinstance(min_confidence, Mapping):
+            self._gates = {
+                qid: ConfidenceGate(t, saved=saved, field=f"min_confidence.{qid}")
+                for qid, t in min_confidence.items()
+            }
+            min_confidence = None
+        self._gate = ConfidenceGate(min_confidence, saved=saved)
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
         self.backoff_s = backoff_s
@@ -226,10 +239,8 @@ class ResilientEngine:
             payload["assets"] = assets
         return DecisionRequest.parse(payload)
 
-    def _threshold(self, qid: str) -> float | None:
-        if isinstance(self.min_confidence, Mapping):
-            return self.min_confidence.get(qid)
-        return self.min_confidence
+    def _threshold(self, qid: str, question: Any = None) -> float:
+        return self._gates.get(qid, self._gate).threshold(qid, question)
 
     def _stop(self) -> Any:
         stop: Any = stop_after_attempt(self.max_attempts)
@@ -328,13 +339,12 @@ class ResilientEngine:
             logger.warning("the engine's result was rejected: %s", problem)
             return self._fail(request, InvalidOutputError(problem))
         result: DecisionResult = outcome
-        if self.fallback is not None and self.min_confidence is not None:
+        if self.fallback is not None:
             low = [
                 qid
                 for qid, answer in result.answers.items()
                 if not isinstance(answer, BoxAnswer)
-                and (t := self._threshold(qid)) is not None
-                and answer.top_probability() < t
+                and answer.top_probability() < self._threshold(qid, request.questions.get(qid))
             ]
             if low:
                 self.counters.fallback("low_confidence")
@@ -414,19 +424,19 @@ class ResilientEngine:
     def _parse_all(
         self, states: Sequence[Any], questions: Any
     ) -> tuple[list[DecisionRequest | None], list[Any]]:
-        requests: list[DecisionRequest | None] = []
-        slots: list[Any] = []
-        parsed_questions = None
-        for item in states:
-            try:
-                if questions is not None and parsed_questions is None:
-                    parsed_questions = questions_from(questions)
-                requests.append(self._request(item, parsed_questions))
-                slots.append(None)
-            except ClefError as exc:
-                requests.append(None)
-                slots.append(exc)
-        return requests, slots
+        """Each item's request, or its own parse error in its slot (questions parsed once)."""
+        parsed: list[Any] = []
+
+        def parse(item: Any) -> DecisionRequest:
+            if questions is not None and not parsed:
+                parsed.append(questions_from(questions))  # invalid: every item's error
+            return self._request(item, parsed[0] if parsed else None)
+
+        items = Slots.parse(states, parse, catch=ClefError)
+        requests: list[DecisionRequest | None] = [None] * len(states)
+        for i, request in zip(items.indexes, items.pending, strict=True):
+            requests[i] = request
+        return requests, items.slots
 
     def _batch_call(self, requests: list[DecisionRequest], started: float) -> list[Any]:
         """One engine batch; out-of-memory items are re-run in halves, then on the CPU."""
