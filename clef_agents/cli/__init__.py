@@ -22,6 +22,7 @@ COMMANDS = [
     "clef_agents.cli.batch",
     "clef_agents.cli.finetune",
     "clef_agents.cli.calibrate",
+    "clef_agents.cli.thresholds",
 ]
 """Modules that register a subcommand, in help order."""
 
