@@ -28,7 +28,7 @@ image (``0, 1, 0, 1``) with ``confidence`` null.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING
 
@@ -38,7 +38,6 @@ from clef_engine.schema.answers import BoxAnswer, BoxCoords
 
 if TYPE_CHECKING:
     from clef_engine.backbones.vision.layout import Element, ImageEvidence
-    from clef_engine.runtime.engine import DecisionEngine
 
 SEMANTIC = 10.0
 LEXICAL = 4.0
@@ -104,13 +103,15 @@ def _words_of(element: Element) -> str:
 
 
 def candidate_logits(
-    engine: DecisionEngine, instructions: str, elements: Sequence[Element]
+    embed: Callable[[Sequence[str]], torch.Tensor],
+    instructions: str,
+    elements: Sequence[Element],
 ) -> torch.Tensor:
     """One logit per element (see the module docstring for the terms)."""
     texts = [instructions, *(describe(e) for e in elements)]
-    # The engine's option cache: a page's candidates are embedded once, however many
-    # box questions are asked about it.
-    vectors = torch.nn.functional.normalize(engine._embed(texts).float(), dim=-1)
+    # ``embed`` is the engine's cached one: a page's candidates are embedded once, however
+    # many box questions are asked about it.
+    vectors = torch.nn.functional.normalize(embed(texts).float(), dim=-1)
     cosine = vectors[1:] @ vectors[0]
     lexical = torch.tensor([lexical_overlap(instructions, _words_of(e)) for e in elements])
     roles = wanted_roles(instructions)
@@ -125,7 +126,9 @@ def candidate_logits(
 
 
 def locate(
-    engine: DecisionEngine, instructions: str, evidence: Sequence[ImageEvidence]
+    embed: Callable[[Sequence[str]], torch.Tensor],
+    instructions: str,
+    evidence: Sequence[ImageEvidence],
 ) -> BoxAnswer:
     """The box of the element ``instructions`` describe, over all images of a request.
 
@@ -142,7 +145,7 @@ def locate(
     candidates = [(i, e) for i, ev in enumerate(evidence) for e in ev.elements]
     if not candidates:
         return BoxAnswer(box=None, confidence=None)
-    logits = candidate_logits(engine, instructions, [e for _, e in candidates])
+    logits = candidate_logits(embed, instructions, [e for _, e in candidates])
     probs = torch.softmax(logits.double(), dim=0)
     best = int(torch.argmax(probs))
     image, element = candidates[best]

@@ -18,16 +18,26 @@ Example:
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 
 from clef_engine.calibration.temperature import Calibrator
+from clef_engine.heads.base import Head, RequestScorer, Scored, ScoringContext
 from clef_engine.schema.questions import _Question
 
 if TYPE_CHECKING:
-    from clef_engine.runtime.engine import DecisionEngine, Scored
     from clef_engine.schema.request import DecisionRequest
+
+
+class Member(RequestScorer, Protocol):
+    """An ensemble member: a fine-tuned engine loaded from its own model dir."""
+
+    @property
+    def model_version(self) -> str: ...
+
+    @property
+    def head(self) -> Head: ...
 
 
 class EnsembleHead:
@@ -40,8 +50,10 @@ class EnsembleHead:
     """
 
     needs_token_states = False
+    fine_tuned: ClassVar[bool] = True
+    prompted = False
 
-    def __init__(self, members: list[DecisionEngine], calibrator: Calibrator | None = None) -> None:
+    def __init__(self, members: list[Member], calibrator: Calibrator | None = None) -> None:
         if not members:
             raise ValueError("an ensemble needs at least one member")
         self.members = members
@@ -61,12 +73,7 @@ class EnsembleHead:
 
     def knows(self, question: _Question) -> bool:
         """Whether the members answer ``question`` with their trained heads."""
-        knows = getattr(self.members[0].head, "knows", None)
-        return bool(knows is not None and knows(question))
-
-    def logits(self, prepared: Any, similarity: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-        """The first member's (zero-shot) logits, when a caller bypasses :meth:`score_requests`."""
-        return self.members[0].head.logits(prepared, similarity, state)
+        return self.members[0].head.knows(question)
 
     def to(self, device: str | torch.device) -> None:
         """Move every member (:meth:`DecisionEngine.to` calls this)."""
@@ -74,7 +81,7 @@ class EnsembleHead:
             member.to(device)
 
     def score_requests(
-        self, engine: DecisionEngine, texts: list[str], requests: list[DecisionRequest]
+        self, context: ScoringContext, texts: list[str], requests: list[DecisionRequest]
     ) -> list[Scored]:
         """The first member scores every question (untrained ones zero-shot); the others
         score only the trained ones; trained answers are averaged and recalibrated."""

@@ -23,11 +23,12 @@ import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from clef_engine.calibration.temperature import Calibrator
+from clef_engine.heads.base import RequestScorer, Scored, ScoringContext
 from clef_engine.heads.memory import ExampleMemory
 from clef_engine.heads.option_evidence import (
     OptionEvidenceHead,
@@ -40,7 +41,6 @@ from clef_engine.schema.questions import _Question
 from clef_engine.schema.render import canonical_json
 
 if TYPE_CHECKING:
-    from clef_engine.runtime.engine import DecisionEngine, Scored
     from clef_engine.schema.request import DecisionRequest
 
 
@@ -50,7 +50,8 @@ class TrainedHead:
     Args:
         module: The trained option-evidence head.
         calibrator: Calibration of the head's logits (fitted on held-out data).
-        base_engine: Builds the engine that answers untrained questions zero-shot.
+        base_engine: Builds the engine (its scoring stage) that answers untrained
+            questions zero-shot.
         scope: ``"trained"`` (default): the head answers only questions it was trained on;
             ``"all"``: it answers every question (unknown options use their text embedding).
         digest: Hash of the head weights; with the memory's digest it makes
@@ -59,13 +60,16 @@ class TrainedHead:
     """
 
     needs_token_states = True
+    fine_tuned: ClassVar[bool] = True
+    prompted = False
+    """Trained questions are read as the trainer wrote their option texts."""
 
     def __init__(
         self,
         module: OptionEvidenceHead,
         calibrator: Calibrator | None = None,
         *,
-        base_engine: Callable[[], DecisionEngine] | None = None,
+        base_engine: Callable[[], RequestScorer] | None = None,
         scope: str = "trained",
         digest: str = "",
         memory: ExampleMemory | None = None,
@@ -80,7 +84,7 @@ class TrainedHead:
         """Identity of the weights (head, and memory when set), part of the model version."""
         self.memory = memory
         self._make_base = base_engine
-        self._base: DecisionEngine | None = None
+        self._base: RequestScorer | None = None
         self._lock = threading.Lock()
         self.zero_shot = ZeroShotHead()
         self.adapter_source: Path | None = None
@@ -125,7 +129,7 @@ class TrainedHead:
         """Zero-shot logits (used only when a caller bypasses :meth:`score_requests`)."""
         return self.zero_shot.logits(prepared, similarity, state)
 
-    def base_engine(self, engine: DecisionEngine) -> DecisionEngine:
+    def base_engine(self) -> RequestScorer:
         """The zero-shot engine on the base backbone (built on first use)."""
         with self._lock:
             if self._base is None:
@@ -147,10 +151,10 @@ class TrainedHead:
     # -- scoring -------------------------------------------------------------------------
 
     def score_requests(
-        self, engine: DecisionEngine, texts: list[str], requests: list[DecisionRequest]
+        self, context: ScoringContext, texts: list[str], requests: list[DecisionRequest]
     ) -> list[Scored]:
-        from clef_engine.runtime.engine import Scored
-
+        """Trained questions through the head on the adapted backbone's token states (one
+        pass per distinct question); the rest zero-shot by :meth:`base_engine`."""
         trained = [[q for q, v in r.questions.items() if self.knows(v)] for r in requests]
         probabilities: list[dict[str, torch.Tensor]] = [{} for _ in requests]
         prepared: list[dict[str, Any]] = [{} for _ in requests]
@@ -159,7 +163,7 @@ class TrainedHead:
 
         rows = [i for i, qs in enumerate(trained) if qs]
         if rows:
-            encoded = engine.backbone.encode([texts[i] for i in rows], return_tokens=True)
+            encoded = context.backbone.encode([texts[i] for i in rows], return_tokens=True)
             assert encoded.token_states is not None
             states, mask = pad_tokens([s.float() for s in encoded.token_states])
             pooled = encoded.pooled.float()
@@ -180,14 +184,14 @@ class TrainedHead:
                 _, i0, qid0 = members[0]
                 question = requests[i0].questions[qid0]
                 prep = prepare(question)
-                prep.tokens = sum(engine.backbone.count_tokens(prep.texts))
-                context = question_context(question)
+                prep.tokens = sum(context.backbone.count_tokens(prep.texts))
+                asked = question_context(question)
                 vectors = None
-                if not self.module.knows(prep.type, prep.names, context):
-                    vectors = engine._embed(prep.texts)
+                if not self.module.knows(prep.type, prep.names, asked):
+                    vectors = context.embed(prep.texts)
                 idx = torch.tensor([j for j, _, _ in members])
                 probs = self.probabilities(
-                    states[idx], mask[idx], pooled[idx], prep.type, prep.names, vectors, context
+                    states[idx], mask[idx], pooled[idx], prep.type, prep.names, vectors, asked
                 )
                 for k, (_, i, qid) in enumerate(members):
                     probabilities[i][qid] = probs[k]
@@ -196,7 +200,7 @@ class TrainedHead:
 
         fallback = [i for i, r in enumerate(requests) if len(trained[i]) < len(r.questions)]
         if fallback:
-            base = self.base_engine(engine)
+            base = self.base_engine()
             subs = []
             for i in fallback:
                 rest = {q: v for q, v in requests[i].questions.items() if q not in trained[i]}

@@ -19,35 +19,19 @@ the examples' out-of-fold NLL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from clef_engine.calibration.temperature import Calibrator
-from clef_engine.heads.memory import FLOOR, QuestionMemory
-from clef_engine.heads.prototype import PrototypeClassifier
+from clef_engine.heads.base import PreparedQuestion, Scored, ScoringContext
+from clef_engine.heads.memory import FLOOR
 from clef_engine.schema.questions import Choice, Noul, Score, _Question
 
+if TYPE_CHECKING:
+    from clef_engine.schema.request import DecisionRequest
+
 NOUL_ONE_SIDED = "noul/one_sided"
-
-
-@dataclass
-class PreparedQuestion:
-    """A question turned into tensors; cached by the question's content."""
-
-    type: str
-    names: list[str]
-    texts: list[str]
-    vectors: torch.Tensor | None = None
-    """``[n, H]`` normalised option embeddings (``None`` until encoded)."""
-    classifier: PrototypeClassifier | None = None
-    memory: QuestionMemory | None = None
-    """The examples' memory, mixed with the classifier's answers (``None``: none kept)."""
-    sides: tuple[bool, bool] = (True, True)
-    legend: dict[str, str] | None = None
-    tokens: int = 0
-    """Tokens of the question's texts, for usage accounting."""
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def option_texts(question: _Question, *, prompted: bool = False) -> list[str]:
@@ -112,6 +96,7 @@ class ZeroShotHead:
     """
 
     needs_token_states = False
+    fine_tuned: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -124,6 +109,38 @@ class ZeroShotHead:
         self.prompted = prompted
         self.fingerprint = fingerprint
         """Identity of adapted weights under this head (part of the model version)."""
+
+    def knows(self, question: _Question) -> bool:
+        """No trained weights: every question is answered zero-shot."""
+        return False
+
+    def to(self, device: str | torch.device) -> None:
+        """Nothing to move: the head has no weights of its own."""
+
+    def score_requests(
+        self, context: ScoringContext, texts: list[str], requests: list[DecisionRequest]
+    ) -> list[Scored]:
+        """Encode each state once, then score every option of every question of a request
+        in one product with its state vector (:meth:`logits` calibrates)."""
+        encoded = context.backbone.encode(texts, return_tokens=self.needs_token_states)
+        out = []
+        for i, request in enumerate(requests):
+            qids = list(request.questions)
+            prepared = {q: context.prepare(request.questions[q]) for q in qids}
+            state = encoded.pooled[i].float().unsqueeze(0)
+            # Every option of every question in one product with the state.
+            matrix = torch.cat([prepared[q].vectors for q in qids])  # type: ignore[misc]
+            sims = (state.to(matrix.dtype) @ matrix.T).float()
+            probabilities = {}
+            offset = 0
+            for qid in qids:
+                n = len(prepared[qid].names)
+                logits = self.logits(prepared[qid], sims[:, offset : offset + n], state)
+                offset += n
+                probabilities[qid] = torch.softmax(logits.double(), dim=-1)[0]
+            tokens = encoded.tokens[i] + sum(p.tokens for p in prepared.values())
+            out.append(Scored(probabilities, prepared, encoded.windows[i], tokens))
+        return out
 
     def logits(
         self, prepared: PreparedQuestion, similarity: torch.Tensor, state: torch.Tensor

@@ -25,7 +25,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +40,10 @@ from clef_engine.errors import (
     StateTooLargeError,
     UnsupportedQuestionError,
 )
+from clef_engine.heads.base import Head, PreparedQuestion, Scored, Scorer, ScoringContext
 from clef_engine.heads.memory import fit_question_memory_cross
 from clef_engine.heads.prototype import PrototypeClassifier
-from clef_engine.heads.zero_shot import PreparedQuestion, ZeroShotHead, prepare
+from clef_engine.heads.zero_shot import ZeroShotHead, prepare
 from clef_engine.runtime import general, model_dir
 from clef_engine.runtime import thresholds as abstention
 from clef_engine.schema.answers import (
@@ -63,19 +63,6 @@ from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_req
 
 Questions = Mapping[str, _Question | Mapping[str, Any]]
 """Questions keyed by id: question objects or wire-format dicts."""
-
-
-@dataclass
-class Scored:
-    """What scoring one request yields, before answers are built."""
-
-    probabilities: dict[str, torch.Tensor]
-    """Per question id, probabilities over its options (``noul``: ``[P(yes), P(no)]``)."""
-    prepared: dict[str, PreparedQuestion]
-    windows: int
-    tokens: int
-    answers: dict[str, Answer] = field(default_factory=dict)
-    """Answers made without the head (``box`` questions, from the vision evidence)."""
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]
@@ -206,7 +193,7 @@ class DecisionEngine:
         elif calibrator is None and getattr(backbone, "quantize", None) == "int8":
             # int8 shifts the similarities; it has its own fitted temperatures.
             calibrator = Calibrator.bundled("int8")
-        self.head = ZeroShotHead(calibrator, prompted=use_general, fingerprint=fingerprint)
+        self.head: Head = ZeroShotHead(calibrator, prompted=use_general, fingerprint=fingerprint)
         # The general model answers questions without examples; options taught by examples
         # are fitted on the bare model's vectors, which scored higher on 10-shot BANKING77
         # (87.6 against 85.0 %, benchmarks/results/general_model.json): a second engine on
@@ -246,7 +233,7 @@ class DecisionEngine:
     @property
     def model_version(self) -> str:
         """``name@hash`` of the backbone reference, calibration and trained weights."""
-        head = getattr(self.head, "fingerprint", None)
+        head = self.head.fingerprint
         if self._version is None or self._version_head != head:
             self._version_head = head
             parts: dict[str, Any] = {
@@ -275,9 +262,7 @@ class DecisionEngine:
                 dtype = select_dtype(target)
                 self.backbone.model = self.backbone.model.to(target, dtype=dtype)  # type: ignore[attr-defined]
                 self.backbone.device, self.backbone.dtype = target, dtype
-            head_mover = getattr(self.head, "to", None)
-            if callable(head_mover):  # an ensemble's members (clef_engine.heads.ensemble)
-                head_mover(target)
+            self.head.to(target)  # a trained head's weights, an ensemble's members
             if self._examples is not None:
                 self._examples.to(target)
             self._vectors.clear()
@@ -317,7 +302,7 @@ class DecisionEngine:
             cached = self._prepared.get_or_none(cache_key)
             if cached is not None:
                 return cached
-            prepared = prepare(question, prompted=getattr(self.head, "prompted", False))
+            prepared = prepare(question, prompted=self.head.prompted)
             prepared.vectors = self._embed(prepared.texts)
             prepared.tokens = sum(self.backbone.count_tokens(prepared.texts))
             specs = question.option_specs()
@@ -461,37 +446,19 @@ class DecisionEngine:
             )
         return out
 
+    def scoring_context(self) -> ScoringContext:
+        """What a scorer may use of this engine: its backbone, its cached ``embed`` and
+        ``prepare`` functions, its calibrator (:class:`~clef_engine.heads.base.ScoringContext`)."""
+        return ScoringContext(self.backbone, self._embed, self.prepare_question, self.calibrator)
+
     def _score(self, texts: list[str], requests: list[DecisionRequest]) -> list[Scored]:
         """Probabilities for every question of every request, on this engine's backbone.
 
-        A backbone that scores by itself (a causal LM scoring option continuations) provides
-        ``score_requests(engine, texts, requests)`` and takes over here; otherwise the
-        state is encoded once per request and the head scores the options.
+        The head scores (:class:`~clef_engine.heads.base.Scorer`), unless the backbone
+        scores by itself (a causal LM scoring option continuations), which takes over.
         """
-        custom = getattr(self.backbone, "score_requests", None)
-        if custom is None:  # a trained head (clef_engine.heads.trained) scores by itself too
-            custom = getattr(self.head, "score_requests", None)
-        if custom is not None:
-            return list(custom(self, texts, requests))
-        encoded = self.backbone.encode(texts, return_tokens=self.head.needs_token_states)
-        out = []
-        for i, request in enumerate(requests):
-            qids = list(request.questions)
-            prepared = {q: self.prepare_question(request.questions[q]) for q in qids}
-            state = encoded.pooled[i].float().unsqueeze(0)
-            # Every option of every question in one product with the state.
-            matrix = torch.cat([prepared[q].vectors for q in qids])  # type: ignore[misc]
-            sims = (state.to(matrix.dtype) @ matrix.T).float()
-            probabilities = {}
-            offset = 0
-            for qid in qids:
-                n = len(prepared[qid].names)
-                logits = self.head.logits(prepared[qid], sims[:, offset : offset + n], state)
-                offset += n
-                probabilities[qid] = torch.softmax(logits.double(), dim=-1)[0]
-            tokens = encoded.tokens[i] + sum(p.tokens for p in prepared.values())
-            out.append(Scored(probabilities, prepared, encoded.windows[i], tokens))
-        return out
+        scorer: Scorer = self.backbone if isinstance(self.backbone, Scorer) else self.head
+        return list(scorer.score_requests(self.scoring_context(), texts, requests))
 
     def _run(
         self, requests: list[DecisionRequest], texts: list[str] | None = None
@@ -507,7 +474,7 @@ class DecisionEngine:
             all_scored = vision.score_requests(self, texts, requests)
         else:
             all_scored = self.score(texts, requests)
-        knows = getattr(self.head, "knows", None)  # only a trained head has it
+        head = self.head
         known: dict[int, str] = {}
         for request, scored in zip(requests, all_scored, strict=False):
             answers = {
@@ -517,12 +484,12 @@ class DecisionEngine:
             if scored.answers:
                 answers.update(scored.answers)
                 answers = {q: answers[q] for q in request.questions if q in answers}
-            if knows is not None:  # a fine-tuned model: say which answers its head gave
+            if head.fine_tuned:  # say which answers its trained weights gave
                 for qid, answer in answers.items():
                     if answer.type != "box":
                         q = request.questions[qid]
                         if id(q) not in known:  # a batch usually shares its questions
-                            known[id(q)] = "trained" if knows(q) else "zero_shot"
+                            known[id(q)] = "trained" if head.knows(q) else "zero_shot"
                         setattr(answer, "x_head", known[id(q)])  # noqa: B010 - x_ extras
             results.append(
                 DecisionResult(

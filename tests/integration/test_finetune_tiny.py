@@ -165,14 +165,14 @@ def test_to_moves_the_trained_head_and_its_zero_shot_engine(trained, monkeypatch
         monkeypatch.setattr(module, "select_device", lambda d: torch.device(d or "cpu"))
     _, _, out = trained
     engine = DecisionEngine.from_pretrained(out, device="cpu")
-    built = engine.head.base_engine(engine)
+    built = engine.head.base_engine()
     engine.to("meta")
     assert {p.device.type for p in engine.head.module.parameters()} == {"meta"}
     assert built.device.type == "meta"
     later = DecisionEngine.from_pretrained(out, device="cpu")
     later.to("meta")
     assert later.head._base is None
-    assert later.head.base_engine(later).device.type == "meta"
+    assert later.head.base_engine().device.type == "meta"
 
 
 def test_yes_no_and_score_questions_are_told_apart_by_their_wording(trained, backbone_dir) -> None:

@@ -44,11 +44,11 @@ from clef_engine.errors import (
     peft_quietly,
     require,
 )
-from clef_engine.heads.zero_shot import PreparedQuestion, prepare
+from clef_engine.heads.base import PreparedQuestion, Scored, ScoringContext
+from clef_engine.heads.zero_shot import prepare
 from clef_engine.schema.render import canonical_json
 
 if TYPE_CHECKING:
-    from clef_engine.runtime.engine import DecisionEngine, Scored
     from clef_engine.schema.questions import _Question
     from clef_engine.schema.request import DecisionRequest
 
@@ -417,13 +417,12 @@ class DecoderBackbone:
         return found
 
     def score_requests(
-        self, engine: DecisionEngine, texts: list[str], requests: list[DecisionRequest]
+        self, context: ScoringContext, texts: list[str], requests: list[DecisionRequest]
     ) -> list[Scored]:
-        """The engine's scoring seam: calibrated probabilities for every question."""
-        from clef_engine.runtime.engine import Scored
-
+        """The engine's scoring seam (:class:`~clef_engine.heads.base.Scorer`): calibrated
+        probabilities for every question, with the engine's calibrator."""
         raw, rows = self._raw_scores(texts, requests, None, False)
-        calibrator = engine.calibrator
+        calibrator = context.calibrator
         out = []
         for row, request, scores in zip(rows, requests, raw, strict=True):
             probabilities, prepared = {}, {}

@@ -40,7 +40,8 @@ from clef_engine.schema.render import render_value
 from clef_engine.schema.request import IMAGE_PLACEHOLDER, DecisionRequest
 
 if TYPE_CHECKING:
-    from clef_engine.runtime.engine import DecisionEngine, Scored
+    from clef_engine.heads.base import Scored
+    from clef_engine.runtime.engine import DecisionEngine
 
 _PART_KEYS = ("image_url", "image", "url", "data", "source", "base64", "image_base64")
 
@@ -361,8 +362,8 @@ def score_requests(
     Box questions are answered from the OCR evidence; every other question goes through
     ``engine.score`` (one batch), then the optional image encoder is fused in.
     """
+    from clef_engine.heads.base import Scored
     from clef_engine.heads.box import locate
-    from clef_engine.runtime.engine import Scored
 
     visuals = [visual(engine, r) if has_images(r) else None for r in requests]
     box_answers: list[dict[str, Any]] = []
@@ -379,7 +380,7 @@ def score_requests(
                         "box questions need an image in the state", field=f"questions.{qid}"
                     )
                 what = question.instructions_text().strip() or text_beside_images(vis)
-                answers[qid] = locate(engine, what, vis.evidence)
+                answers[qid] = locate(engine.scoring_context().embed, what, vis.evidence)
         box_answers.append(answers)
         rest = {q: v for q, v in request.questions.items() if q not in answers}
         if rest:
