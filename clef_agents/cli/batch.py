@@ -1,5 +1,8 @@
 """``clef-agents batch``: bulk offline decisions over a CSV or Parquet file.
 
+The output format follows ``--out``'s suffix: ``.parquet`` (or ``.pq``), ``.csv`` or
+``.jsonl``. In JSONL, ``answers`` is a JSON object; in CSV and Parquet it is JSON text.
+
 One output row per input row, in input order: ``row`` (the input row index), one column per
 question (the choice, P(yes) or the expected score), ``answers`` (the full wire answers as
 JSON) and ``error`` (the row's own error, or null). CSV cells are text: a number is read as
@@ -8,7 +11,7 @@ the text it is written as, and a cell that is not valid UTF-8 fails only its own
 Work is written in chunks to ``OUT.parts/`` as it completes, so an interrupted run resumes
 where it stopped; the final file is assembled at the end. ``OUT.parts/manifest.json`` ties
 the chunks to the run that wrote them (a hash of the input file's content and of the
-questions, the model version, ``--column``, ``--dtype`` and ``--int8``): a rerun that differs
+questions, the model version, ``--text-col``, ``--dtype`` and ``--int8``): a rerun that differs
 in any of them refuses to mix the old answers in, and ``--restart`` discards them.
 ``--ray`` spreads the rows over a Ray cluster with Ray Data (one engine per actor).
 """
@@ -27,6 +30,7 @@ from typing import Any
 
 from clef_agents.cli import UsageError
 from clef_agents.cli.common import (
+    add_deprecated_alias,
     add_engine_args,
     add_threads_arg,
     apply_threads,
@@ -35,6 +39,7 @@ from clef_agents.cli.common import (
     number,
 )
 from clef_engine.errors import ClefError, InvalidRequestError, require
+from clef_engine.slots import Slots
 
 MANIFEST = "manifest.json"
 """In ``OUT.parts/``: what the chunks there were computed from."""
@@ -42,7 +47,8 @@ MANIFEST_FORMAT = 1
 
 EPILOG = """examples:
   clef-agents batch tickets.csv --questions q.json --out answers.parquet
-  clef-agents batch tickets.parquet --questions q.yaml --column body --out out.parquet --ray
+  clef-agents batch tickets.parquet --questions q.yaml --text-col body --out out.parquet --ray
+  clef-agents batch tickets.csv --questions q.json --out answers.jsonl      # or answers.csv
   clef-agents batch big.csv --questions q.json --out out.parquet   # rerun to resume
   clef-agents batch big.csv --questions q2.json --out out.parquet --restart  # start over
 """
@@ -58,15 +64,21 @@ def register(sub: Any) -> None:
     )
     p.add_argument("data", help="input .csv or .parquet file")
     p.add_argument("--questions", required=True, metavar="FILE", help="JSON/YAML {id: question}")
-    p.add_argument("--out", required=True, metavar="OUT.parquet", help="output Parquet file")
     p.add_argument(
-        "--column",
+        "--out",
+        required=True,
+        metavar="OUT",
+        help="output file; its suffix picks the format: .parquet (or .pq), .csv or .jsonl",
+    )
+    p.add_argument(
+        "--text-col",
         action="append",
         default=None,
-        metavar="NAME",
+        metavar="COL",
         help="state column (default: 'state', 'text', or the only column); repeat to send "
         "several columns as one JSON object state",
     )
+    add_deprecated_alias(p, "--column", "--text-col")
     p.add_argument(
         "--batch-size", type=number(int, low=1), default=64, metavar="N", help="rows per forward"
     )
@@ -143,65 +155,58 @@ def state_columns(names: list[str], wanted: list[str] | None) -> list[str]:
     if wanted:
         missing = [c for c in wanted if c not in names]
         if missing:
-            raise UsageError(f"--column {missing[0]!r}: not in the input (columns: {names})")
+            raise UsageError(f"--text-col {missing[0]!r}: not in the input (columns: {names})")
         return list(dict.fromkeys(wanted))
     for default in ("state", "text"):
         if default in names:
             return [default]
     if len(names) == 1:
         return names
-    raise UsageError(f"which column is the state? pass --column (columns: {names})")
+    raise UsageError(f"which column is the state? pass --text-col (columns: {names})")
 
 
 def _cell(value: Any, column: str, raw: bool) -> Any:
-    """One state value: a raw CSV cell decoded as UTF-8 (its row's own error if it is not),
-    a number from a typed column as its text."""
+    """One state value: a raw CSV cell decoded as UTF-8 (an :class:`InvalidRequestError`
+    if it is not), a number from a typed column as its text."""
     if raw and isinstance(value, bytes):
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return InvalidRequestError(
+            raise InvalidRequestError(
                 f"column {column!r} is not valid UTF-8 text "
                 f"(byte 0x{value[exc.start]:02x} at offset {exc.start})",
                 field="state",
-            )
+            ) from None
     if isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool):
         return str(value)
     return value
 
 
-def states_of(rows: list[dict[str, Any]], columns: list[str], raw: bool = False) -> list[Any]:
-    """Each row's state (one column: its value; several: a JSON object), or the row's own
-    :class:`InvalidRequestError` when a cell cannot be read."""
-    states: list[Any] = []
-    for row in rows:
-        cells = {c: _cell(row[c], c, raw) for c in columns}
-        bad = next((v for v in cells.values() if isinstance(v, InvalidRequestError)), None)
-        if bad is not None:
-            states.append(bad)
-        elif len(columns) == 1:
-            states.append(cells[columns[0]])
-        else:
-            states.append(cells)
-    return states
+def _state(row: dict[str, Any], columns: list[str], raw: bool) -> Any:
+    cells = {c: _cell(row[c], c, raw) for c in columns}
+    return cells[columns[0]] if len(columns) == 1 else cells
+
+
+def states_of(rows: list[dict[str, Any]], columns: list[str], raw: bool = False) -> Slots[Any]:
+    """Each row's state (one column: its value; several: a JSON object); a row with a cell
+    that cannot be read keeps its own :class:`InvalidRequestError` in its slot."""
+    return Slots.parse(rows, lambda row: _state(row, columns, raw), catch=InvalidRequestError)
 
 
 # -- answering ----------------------------------------------------------------------------
 
 
 def answer_rows(
-    engine: Any, rows: list[int], states: list[Any], questions: Mapping[str, Any], batch: int
+    engine: Any, rows: list[int], states: Slots[Any], questions: Mapping[str, Any], batch: int
 ) -> list[dict[str, Any]]:
-    """Answer ``states``; one output record per row, errors kept per row (a state that is
-    already an exception, a cell that could not be read, is that row's error)."""
-    slots: list[Any] = list(states)
-    good = [i for i, s in enumerate(states) if not isinstance(s, BaseException)]
-    for start in range(0, len(good), batch):
-        idx = good[start : start + batch]
-        payloads = [{"state": states[i], "questions": questions} for i in idx]
-        answers = engine.decide_batch(payloads, return_exceptions=True)
-        for i, slot in zip(idx, answers, strict=True):
-            slots[i] = slot
+    """Answer the rows' states, ``batch`` at a time; one output record per row, each with
+    its answers or its own error (a cell that could not be read, or the engine's)."""
+    answers: list[Any] = []
+    for start in range(0, len(states.pending), batch):
+        chunk = states.pending[start : start + batch]
+        payloads = [{"state": state, "questions": questions} for state in chunk]
+        answers.extend(engine.decide_batch(payloads, return_exceptions=True))
+    slots = states.fill(answers)
     return [record(row, slot, questions) for row, slot in zip(rows, slots, strict=True)]
 
 
@@ -270,7 +275,7 @@ _WHAT = {
     "input_rows": "the input's row count",
     "questions_sha256": "the questions",
     "model_version": "the model version",
-    "columns": "the state columns (--column)",
+    "columns": "the state columns (--text-col)",
     "dtype": "--dtype",
     "int8": "--int8",
 }
@@ -372,7 +377,8 @@ def write_part(parts: Path, records: list[dict[str, Any]], schema: Any) -> None:
     tmp.rename(parts / f"part-{first:012d}-{last:012d}.parquet")  # atomic: never half a part
 
 
-def assemble(parts: Path, out: Path, n_rows: int, schema: Any) -> int:
+def assemble(parts: Path, out: Path, n_rows: int, schema: Any) -> tuple[int, int]:
+    """Write the chunks' rows, in order, to ``out`` in its format; (rows, rows failed)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -385,11 +391,50 @@ def assemble(parts: Path, out: Path, n_rows: int, schema: Any) -> int:
             f"{out}: the chunks in {parts} hold {len(rows)} rows for {n_rows} input rows; "
             f"rerun with --restart to discard them and start again, or delete {parts}"
         )
+    failed = table.num_rows - table["error"].null_count  # the rows with an error
     tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(table, tmp)
+    write_output(table, tmp, output_format(out))
     tmp.replace(out)
     shutil.rmtree(parts)
-    return len(rows)
+    return len(rows), failed
+
+
+OUTPUT_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl"}
+"""``--out`` suffix -> the format written."""
+
+
+def output_format(out: Path) -> str:
+    """The format ``--out``'s suffix asks for.
+
+    Raises:
+        UsageError: An unknown suffix, naming the ones accepted.
+    """
+    kind = OUTPUT_FORMATS.get(out.suffix.lower())
+    if kind is None:
+        raise UsageError(
+            f"--out {out}: unknown output format {out.suffix or '(no suffix)'!r}; "
+            "name a .parquet, .pq, .csv or .jsonl file"
+        )
+    return kind
+
+
+def write_output(table: Any, path: Path, kind: str) -> None:
+    """Write the assembled answers as Parquet, CSV (with a header) or JSON lines."""
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path)
+    elif kind == "csv":
+        import pyarrow.csv as pcsv
+
+        pcsv.write_csv(table, path)
+    else:
+        with path.open("w", encoding="utf-8") as f:
+            for batch in table.to_batches(max_chunksize=4096):
+                for row in batch.to_pylist():
+                    if row["answers"] is not None:
+                        row["answers"] = json.loads(row["answers"])
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 # -- runners ------------------------------------------------------------------------------
@@ -510,10 +555,11 @@ def run(args: argparse.Namespace) -> int:
 
     questions_from(loaded)  # validate once, up front (InvalidRequestError → exit 2)
     questions = dict(loaded)
-    table, cols, raw = read_table(args.data, args.column)
     out = Path(args.out)
     if out.is_dir():
-        raise UsageError(f"--out {args.out}: is a directory; name a .parquet file")
+        raise UsageError(f"--out {args.out}: is a directory; name a .parquet, .csv or .jsonl file")
+    output_format(out)  # an unknown suffix fails before any work
+    table, cols, raw = read_table(args.data, args.text_col)
     parts = parts_dir(out)
     manifest = run_manifest(args, table.num_rows, cols, questions)
     check_parts(parts, manifest, args.restart)  # before minutes of model loading
@@ -532,13 +578,7 @@ def run(args: argparse.Namespace) -> int:
         run_ray(args, table, cols, questions, raw)
     else:
         run_local(args, engine, table, cols, questions, raw)
-    schema = _schema(questions)
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    n = assemble(parts, out, table.num_rows, schema)
-    failed = pq.read_table(out, columns=["error"])["error"]
-    n_failed = int(pc.count(failed))  # count() skips nulls: the rows with an error
+    n, n_failed = assemble(parts, out, table.num_rows, _schema(questions))
     note = f" ({n_failed} failed: see the error column)" if n_failed else ""
     sys.stderr.write(f"wrote {n} rows to {out}{note}\n")
     return 0

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from clef_agents.cli import UsageError
-from clef_agents.cli.common import check_writable, load_structured, number
+from clef_agents.cli.common import add_deprecated_alias, check_writable, load_structured, number
 
 EPILOG = """examples:
   clef-agents calibrate out/banking77 heldout.csv --label-col category
   clef-agents calibrate out/banking77 heldout.csv --label-col category --histogram \\
-      --diagram reliability.png
+      --plot reliability.png
   clef-agents calibrate /path/to/hf-encoder heldout.csv --out out/calibrated
 """
 
@@ -34,8 +34,15 @@ def register(sub: Any) -> None:
     p.add_argument("model", metavar="MODEL_DIR", help="model dir (finetune / save_pretrained)")
     p.add_argument("data", help="held-out labelled data (CSV or JSONL), not the test set")
     p.add_argument("--questions", metavar="FILE", help="JSON/YAML {id: question}")
-    p.add_argument("--text-col", default=None)
-    p.add_argument("--label-col", default=None)
+    p.add_argument(
+        "--text-col", default=None, metavar="COL", help="state column (default: text/state/...)"
+    )
+    p.add_argument(
+        "--label-col",
+        default=None,
+        metavar="COL",
+        help="label column (default: label/category/...)",
+    )
     p.add_argument("--instructions", default=None, help="instructions of an inferred choice")
     p.add_argument(
         "--histogram",
@@ -46,11 +53,12 @@ def register(sub: Any) -> None:
         "--bins", type=number(int, low=2), default=15, help="histogram bins (default 15)"
     )
     p.add_argument(
-        "--diagram",
+        "--plot",
         metavar="PNG",
         default=None,
         help="write reliability diagrams PNG-before.png and PNG-after.png",
     )
+    add_deprecated_alias(p, "--diagram", "--plot")
     p.add_argument(
         "--out",
         metavar="DIR",
@@ -153,10 +161,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise UsageError(f"--out {args.out}: is a file; name a directory for the model dir")
-    if args.diagram:  # before fitting, not after
-        stem = str(Path(args.diagram).with_suffix(""))
+    if args.plot:  # before fitting, not after
+        stem = str(Path(args.plot).with_suffix(""))
         for name in ("before", "after"):
-            check_writable(f"{stem}-{name}.png", "--diagram")
+            check_writable(f"{stem}-{name}.png", "--plot")
     directory = Path(args.model)
     engine = DecisionEngine.from_pretrained(directory, device=args.device)
     ours = model_dir.read_config(directory).get("format") == model_dir.FORMAT
@@ -239,12 +247,12 @@ def run(args: argparse.Namespace) -> int:
     if memory is not None:
         summary["memory"] = _refit_memory(engine, memory, data, asked, before, after, labels)
         engine.head.memory = memory if memory.questions else None  # type: ignore[attr-defined]
-    if args.diagram:
+    if args.plot:
         import numpy as np
 
         width = max(len(r) for r in before)
         rows = [i for i, r in enumerate(before) if len(r) == width]
-        stem = str(Path(args.diagram).with_suffix(""))
+        stem = str(Path(args.plot).with_suffix(""))
         for name, probs in (("before", before), ("after", after)):
             reliability_diagram(
                 np.array([probs[i] for i in rows]),

@@ -172,6 +172,49 @@ def number(
     return parse
 
 
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of a flag: hidden from ``--help``, warns once per use, then acts
+    exactly as the new flag does (same type, choices and action)."""
+
+    def __init__(
+        self, option_strings: list[str], dest: str, target: argparse.Action, **_: Any
+    ) -> None:
+        super().__init__(
+            option_strings,
+            dest=target.dest,
+            nargs=target.nargs,
+            default=argparse.SUPPRESS,  # the new flag's default stands
+            type=target.type,  # type: ignore[arg-type]
+            choices=target.choices,
+            metavar=target.metavar,
+            help=argparse.SUPPRESS,
+        )
+        self.target = target
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        new = self.target.option_strings[0]
+        sys.stderr.write(
+            f"clef-agents: warning: {option_string} is deprecated and will be removed; use {new}\n"
+        )
+        self.target(parser, namespace, values, new)
+
+
+def add_deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Keep ``old`` working as a hidden, deprecated spelling of the existing flag ``new``.
+
+    Example:
+        >>> add_deprecated_alias(parser, "--column", "--text-col")  # doctest: +SKIP
+    """
+    target = next(a for a in parser._actions if new in a.option_strings)
+    parser.add_argument(old, action=_DeprecatedAlias, target=target)
+
+
 def add_threads_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",

@@ -20,6 +20,10 @@ from clef_agents.cli.common import (
 
 EPILOG = """examples:
   clef-agents decide "my card never arrived" --choice intent=card_arrival,lost_card,refund
+  clef-agents decide "I was charged twice" \\
+      --choice "team=billing:payments, refunds and invoices,technical:app errors and crashes"
+  clef-agents decide "I was charged twice" \\
+      --choice 'team={"billing": "payments, refunds", "technical": "errors: app or site"}'
   echo '{"user": "bob", "msg": "app crashes"}' | clef-agents decide - --noul bug="Is this a bug?"
   clef-agents decide --state-file ticket.txt --questions questions.yaml --json
 """
@@ -44,8 +48,10 @@ def register(sub: Any) -> None:
         "--choice",
         action="append",
         default=[],
-        metavar="ID=OPT1,OPT2,...",
-        help="a choice question (repeatable)",
+        metavar="ID=OPTIONS",
+        help="a choice question (repeatable). OPTIONS: names (OPT1,OPT2); names with "
+        "descriptions (OPT1:DESCRIPTION,OPT2:DESCRIPTION; a comma followed by text without a "
+        "colon continues the description); or a JSON object {OPT: DESCRIPTION} for any text",
     )
     p.add_argument(
         "--noul",
@@ -58,8 +64,9 @@ def register(sub: Any) -> None:
         "--score",
         action="append",
         default=[],
-        metavar="ID=LEVEL0,LEVEL1,...",
-        help="a score question on ordered levels (repeatable)",
+        metavar="ID=LEVELS",
+        help="a score question on ordered levels (repeatable): LEVEL0,LEVEL1,... or a JSON "
+        "array of level descriptions",
     )
     p.add_argument("--json", action="store_true", help="print the exact wire JSON")
     add_engine_args(p)
@@ -71,6 +78,46 @@ def _split(spec: str, flag: str) -> tuple[str, str]:
     if not sep or not qid.strip():
         raise UsageError(f"{flag} {spec!r}: expected ID=VALUE")
     return qid.strip(), rest
+
+
+def parse_options(text: str, where: str) -> dict[str, Any]:
+    """The options of a ``--choice``: ``{name: description or None}``.
+
+    ``a,b,c`` are names; ``a:desc,b:desc`` gives descriptions, where a comma followed by
+    text without a colon continues the previous description (``billing:payments, refunds,
+    technical:errors`` has two options); ``{"a": "desc", ...}`` (JSON) allows any text.
+
+    Example:
+        >>> parse_options("billing:payments, refunds,technical:app errors", "--choice")
+        {'billing': 'payments, refunds', 'technical': 'app errors'}
+    """
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        parsed = parse_json(stripped, where)
+        if not isinstance(parsed, Mapping):  # pragma: no cover - "{" parses to an object
+            raise UsageError(f"{where}: expected a JSON object {{option: description}}")
+        return {str(k).strip(): v for k, v in parsed.items()}
+    if stripped.startswith("["):
+        return dict.fromkeys(str(o).strip() for o in _json_list(stripped, where))
+    options: dict[str, Any] = {}
+    last: str | None = None
+    for piece in stripped.split(","):
+        name, colon, description = piece.partition(":")
+        if colon and name.strip():
+            last = name.strip()
+            options[last] = description.strip() or None
+        elif last is not None and options[last] is not None:
+            options[last] += "," + piece  # a comma inside the description
+        elif piece.strip():
+            options[piece.strip()] = None
+    return options
+
+
+def _json_list(text: str, where: str) -> list[Any]:
+    parsed = parse_json(text, where)
+    if not isinstance(parsed, list):  # pragma: no cover - "[" parses to an array
+        raise UsageError(f"{where}: expected a JSON array")
+    return parsed
 
 
 def _parse_state(text: str) -> Any:
@@ -92,18 +139,20 @@ def collect_questions(args: argparse.Namespace) -> dict[str, Any]:
         questions.update(loaded)
     for spec in args.choice:
         qid, rest = _split(spec, "--choice")
-        options = [o.strip() for o in rest.split(",") if o.strip()]
         questions[qid] = {
             "type": "choice",
             "instructions": qid.replace("_", " "),
-            "criteria": dict.fromkeys(options),
+            "criteria": parse_options(rest, f"--choice {qid}"),
         }
     for spec in args.noul:
         qid, rest = _split(spec, "--noul")
         questions[qid] = {"type": "noul", "instructions": rest or qid.replace("_", " ")}
     for spec in args.score:
         qid, rest = _split(spec, "--score")
-        levels = [o.strip() for o in rest.split(",") if o.strip()]
+        if rest.strip().startswith("["):
+            levels = _json_list(rest.strip(), f"--score {qid}")
+        else:
+            levels = [o.strip() for o in rest.split(",") if o.strip()]
         questions[qid] = {
             "type": "score",
             "instructions": qid.replace("_", " "),

@@ -41,8 +41,10 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("data", help="CSV/TSV (with header) or JSONL file")
-    p.add_argument("--text-col", default="text", help="column holding the state (default: text)")
-    p.add_argument("--label-col", default="label", help="column holding the label (default: label)")
+    p.add_argument("--text-col", default="text", metavar="COL", help="state column (default: text)")
+    p.add_argument(
+        "--label-col", default="label", metavar="COL", help="label column (default: label)"
+    )
     p.add_argument(
         "--examples-per-label",
         type=number(int, low=0),

@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from clef_agents.cli import UsageError
-from clef_agents.cli.common import add_threads_arg, apply_threads, load_structured, number
+from clef_agents.cli.common import (
+    add_deprecated_alias,
+    add_threads_arg,
+    apply_threads,
+    load_structured,
+    number,
+)
 
 MAX_RANK = 256
 """``clef_engine.train.config.MAX_RANK``, repeated here: importing it loads torch, and every
@@ -50,8 +56,15 @@ def register(sub: Any) -> None:
     p.add_argument("data", help="training data (CSV or JSONL)")
     p.add_argument("--out", required=True, metavar="DIR", help="model dir to write")
     p.add_argument("--questions", metavar="FILE", help="JSON/YAML {id: question}")
-    p.add_argument("--text-col", default=None, help="state column (default: text/state/...)")
-    p.add_argument("--label-col", default=None, help="label column (default: label/category/...)")
+    p.add_argument(
+        "--text-col", default=None, metavar="COL", help="state column (default: text/state/...)"
+    )
+    p.add_argument(
+        "--label-col",
+        default=None,
+        metavar="COL",
+        help="label column (default: label/category/...)",
+    )
     p.add_argument("--instructions", default=None, help="instructions of the inferred choice")
     p.add_argument(
         "--examples-per-label",
@@ -240,7 +253,8 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=_NON_NEGATIVE_COUNT, default=None)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_deprecated_alias(p, "--quiet", "--no-progress")
     add_threads_arg(p)
     p.set_defaults(func=run)
 
@@ -332,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
         evidence=not args.no_head,
         memory=not args.no_memory,
         histogram=args.histogram,
-        progress=not args.quiet,
+        progress=not args.no_progress,
         group_by_length=not args.no_group_by_length,
     )
     try:

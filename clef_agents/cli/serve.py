@@ -12,10 +12,12 @@ import argparse
 import gc
 import logging
 import os
+import socket
+import sys
 from typing import Any
 
 from clef_agents.cli import UsageError
-from clef_agents.cli.common import add_engine_args, build_engine
+from clef_agents.cli.common import add_engine_args, build_engine, number
 from clef_engine.schema.limits import (
     SERVER_MAX_BATCH_STATE_CHARS,
     SERVER_MAX_EXAMPLE_TEXTS,
@@ -40,7 +42,12 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks one)")
+    p.add_argument(
+        "--port",
+        type=number(int, low=0, high=65535),
+        default=8000,
+        help="port, 0..65535 (default 8000; 0 picks a free one, printed at start)",
+    )
     p.add_argument(
         "--api-key-env",
         metavar="VAR",
@@ -208,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray:
         from clef_agents.server.ray_serve import run_ray
 
+        sys.stderr.write(f"clef-agents: Ray Serve will listen on {url(args.host, args.port)}\n")
         return run_ray(args, cfg)
     import clef_agents.server  # noqa: F401 - fails early with the install line
 
@@ -223,9 +231,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def url(host: str, port: int) -> str:
+    """``http://host:port/v1/systemone`` (an IPv6 address in brackets)."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/v1/systemone"
+
+
+def listening(sock: socket.socket) -> str:
+    """The line ``serve`` prints once bound: the address and port (the real one, for 0)."""
+    host, port = sock.getsockname()[:2]
+    return f"clef-agents: listening on {host} port {port}: {url(host, port)}"
+
+
 def serve_app(app: Any, host: str, port: int, cfg: Any, log_level: str) -> None:
-    """Run ``app`` with uvicorn and the connection limits of ``cfg``; drain on a signal."""
-    from clef_agents.server.transport import serve_app as serve
+    """Run ``app`` with uvicorn and the connection limits of ``cfg``; drain on a signal.
+
+    Prints where it listens (stderr) once the socket is bound, before serving.
+    """
+    from clef_agents.server.transport import build_server
 
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    serve(app, host, port, cfg, log_level)
+    server, sock = build_server(app, host, port, cfg, log_level)
+    sys.stderr.write(listening(sock) + "\n")
+    sys.stderr.flush()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        server.spare.close()

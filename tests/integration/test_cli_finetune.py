@@ -63,7 +63,7 @@ def test_finetune_then_calibrate_then_load(tiny_dir, tmp_path, capsys) -> None:
             "--bank-init",
             "examples",
             "--no-group-by-length",
-            "--quiet",
+            "--no-progress",
             "--device",
             "cpu",
         ]
@@ -83,7 +83,7 @@ def test_finetune_then_calibrate_then_load(tiny_dir, tmp_path, capsys) -> None:
             str(out),
             str(heldout),
             "--histogram",
-            "--diagram",
+            "--plot",
             str(png),
             "--device",
             "cpu",
@@ -146,7 +146,7 @@ def small_finetune(tiny_dir, tmp_path) -> tuple[Path, list[str]]:
     train, out = tmp_path / "train.csv", tmp_path / "model"
     write_csv(train, 18, seed=0)
     args = ["finetune", str(train), "--out", str(out), "--backbone", str(tiny_dir)]
-    args += ["--label-col", "intent", "--lora-rank", "2", "--quiet", "--device", "cpu"]
+    args += ["--label-col", "intent", "--lora-rank", "2", "--no-progress", "--device", "cpu"]
     return out, args
 
 

@@ -490,7 +490,7 @@ def finetuned(tiny_dir, tmp_path_factory):
     argv = [
         *("finetune", str(data), "--out", str(out), "--backbone", tiny_dir),
         *("--epochs", "1", "--lora-rank", "0", "--val-fraction", "0", "--no-memory"),
-        *("--quiet", "--device", "cpu"),
+        *("--no-progress", "--device", "cpu"),
     ]
     assert main(argv) == 0
     return root

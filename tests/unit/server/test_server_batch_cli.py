@@ -34,7 +34,7 @@ def inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
 def _argv(model: Path, data: Path, qfile: Path, out: Path, *extra: str) -> list[str]:
     return [
         *("batch", str(data), "--questions", str(qfile), "--out", str(out)),
-        *("--model", str(model), "--device", "cpu", "--column", "text", "--no-progress"),
+        *("--model", str(model), "--device", "cpu", "--text-col", "text", "--no-progress"),
         *extra,
     ]
 
@@ -92,7 +92,7 @@ def test_bad_inputs_are_usage_errors(inputs: Any, tmp_path: Path, capsys: Any) -
     model, data, qfile = inputs
     out = tmp_path / "o.parquet"
     assert main(_argv(model, tmp_path / "missing.csv", qfile, out)) == 2
-    assert main([*_argv(model, data, qfile, out)[:-1], "--column", "nope", "--no-progress"]) == 2
+    assert main([*_argv(model, data, qfile, out)[:-1], "--text-col", "nope", "--no-progress"]) == 2
     bad_q = tmp_path / "bad.json"
     bad_q.write_text(json.dumps({"q": {"type": "choice", "instructions": "x", "criteria": ["a"]}}))
     assert main(_argv(model, data, bad_q, out)) == 2
@@ -230,3 +230,48 @@ def test_stale_rows_past_the_input_are_a_usage_error(tmp_path: Path) -> None:
     batch.write_part(parts, [batch.record(9, ValueError("x"), QUESTIONS)], schema)
     with pytest.raises(UsageError, match="--restart"):
         batch.done_rows(parts, 5)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".pq"])
+def test_output_format_follows_the_out_suffix(
+    inputs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
+) -> None:
+    from clef_agents.fake import FakeEngine
+
+    monkeypatch.setattr("clef_agents.cli.batch.build_engine", lambda args: FakeEngine())
+    model, data, qfile = inputs
+    out = tmp_path / f"answers{suffix}"
+    assert main(_argv(model, data, qfile, out)) == 0
+    if suffix == ".csv":
+        import csv
+
+        with out.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        assert [int(r["row"]) for r in rows] == list(range(len(STATES)))
+        good = [r for r, s in zip(rows, STATES, strict=True) if s]
+        assert all(json.loads(r["answers"])["intent"]["choice"] == r["q.intent"] for r in good)
+        assert all("state" in r["error"] for r, s in zip(rows, STATES, strict=True) if not s)
+    elif suffix == ".jsonl":
+        rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        assert [r["row"] for r in rows] == list(range(len(STATES)))
+        for r, state in zip(rows, STATES, strict=True):
+            if state:  # answers is an object here, not JSON text
+                assert r["answers"]["intent"]["choice"] == r["q.intent"] and r["error"] is None
+            else:
+                assert r["answers"] is None and "state" in r["error"]
+    else:
+        assert pq.read_table(out).num_rows == len(STATES)
+
+
+def test_unknown_output_suffix_exits_2_before_any_work(
+    inputs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    def no_engine(args: Any) -> Any:
+        raise AssertionError("loaded a model although --out cannot be written")
+
+    monkeypatch.setattr("clef_agents.cli.batch.build_engine", no_engine)
+    model, data, qfile = inputs
+    assert main(_argv(model, data, qfile, tmp_path / "answers.txt")) == 2
+    line = capsys.readouterr().err.strip()
+    assert len(line.splitlines()) == 1
+    assert "--out" in line and ".csv" in line and ".jsonl" in line and ".parquet" in line
