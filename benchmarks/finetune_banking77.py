@@ -17,7 +17,6 @@ Usage::
     python benchmarks/finetune_banking77.py --only full            # LoRA + head, all data
     python benchmarks/finetune_banking77.py --only full --seed 1   # another seed: "full_seed1"
     python benchmarks/finetune_banking77.py --only full --contrastive-steps 60  # + that stage
-    python benchmarks/finetune_banking77.py --only full --ema-decay 0.998  # weight average
     python benchmarks/finetune_banking77.py --only full --rdrop-weight 1   # R-Drop
     python benchmarks/finetune_banking77.py --only full --lora-plus-ratio 16  # LoRA+
     python benchmarks/finetune_banking77.py --only full --ensemble 2 --lr 1e-3  # members at lr 1e-3
@@ -27,7 +26,9 @@ Usage::
     python benchmarks/finetune_banking77.py --quick            # small slices; saves nothing
 
 Writes ``benchmarks/results/finetune_banking77.json`` (merged with what is there, so the
-sections can run separately).
+sections can run separately). The ablation flags (``--dora``, ``--lora-plus-ratio``,
+``--rdrop-weight``, ``--contrastive-weight``, ``--refit``, ``--no-evidence-head``) are not
+options of the library: they run through ``probe_trainer.ProbeTrainer``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.probe_trainer import ProbeConfig, ProbeTrainer  # noqa: E402
 from clef_engine import DecisionEngine  # noqa: E402
 from clef_engine.calibration import (  # noqa: E402
     Calibrator,
@@ -64,7 +66,6 @@ from clef_engine.train import (  # noqa: E402
     load_training_data,
     sample_per_label,
 )
-from clef_engine.train.config import ENSEMBLE_SHARED_SPLIT  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "finetune_banking77.json"
 QUICK = False
@@ -166,7 +167,8 @@ def run(
     answers (``entry["fp32"]["probabilities"]``, a numpy array; drop it before JSON)."""
     with tempfile.TemporaryDirectory(prefix="clef-ft-") as tmp:
         started = time.perf_counter()
-        result = Trainer(config).fit(data, tmp, unlabeled=unlabeled)
+        trainer = ProbeTrainer(config) if isinstance(config, ProbeConfig) else Trainer(config)
+        result = trainer.fit(data, tmp, unlabeled=unlabeled)
         train_s = time.perf_counter() - started
         entry: dict[str, Any] = {
             "name": name,
@@ -305,12 +307,6 @@ def main() -> None:
         help="fewshot-contrastive: states per label in a step (not 2: own section)",
     )
     parser.add_argument(
-        "--ema-decay",
-        type=float,
-        default=0.0,
-        help="full-set runs: keep a moving average of the weights (own section full_emaD)",
-    )
-    parser.add_argument(
         "--contrastive-weight",
         type=float,
         default=0.0,
@@ -401,22 +397,8 @@ def main() -> None:
         type=int,
         default=None,
         metavar="K",
-        help="full-set runs: an ensemble of K runs (own section full_ensembleK); each member "
-        "is also scored alone",
-    )
-    parser.add_argument(
-        "--shared-split",
-        type=float,
-        default=None,
-        metavar="F",
-        help="with --ensemble: the share of the validation split of --seed that every member "
-        "holds out (default: TrainConfig's, 0; sections full_ensembleK_sharedF)",
-    )
-    parser.add_argument(
-        "--ensemble-temperature",
-        action="store_true",
-        help="with --ensemble: fit a temperature for the members' mean (own sections "
-        "..._temperature)",
+        help="full-set runs: an ensemble of K runs (own section full_ensembleK_shared0: each "
+        "member holds out its own seed's split); each member is also scored alone",
     )
     parser.add_argument("--no-int8", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -424,8 +406,6 @@ def main() -> None:
     args = parser.parse_args()
     global QUICK
     QUICK = args.quick
-    if args.ensemble and args.ensemble > 1 and args.shared_split is None:
-        args.shared_split = ENSEMBLE_SHARED_SPLIT  # named in the section: full_ensemble2_shared0
     if args.threads:
         torch.set_num_threads(args.threads)
     sections = args.only or [
@@ -443,12 +423,12 @@ def main() -> None:
     if args.quick:
         test = sample_per_label(test, 3, seed=0)
 
-    def config(**kw: Any) -> TrainConfig:
+    def config(**kw: Any) -> ProbeConfig:
         base: dict[str, Any] = {"progress": False}
         if args.epochs:
             base["epochs"] = args.epochs
         base.update(kw)
-        return TrainConfig(**base)
+        return ProbeConfig(**base)
 
     few_defaults: dict[str, Any] = {"epochs": 10, "val_fraction": 0.2, "batch_size": 16}
     # The few-shot recipe: a contrastive stage on the LoRA adapters, then a prototype head
@@ -569,7 +549,6 @@ def main() -> None:
         "epochs": "epochs",
         "rdrop_weight": "rdrop",
         "contrastive_weight": "supcon",
-        "ema_decay": "ema",
         "lora_rank": "r",
         "lr": "lr",
         "use_dora": "dora",
@@ -580,11 +559,9 @@ def main() -> None:
         "rl_epochs": "rl",
         "val_fraction": "val",
         "ensemble": "ensemble",
-        "shared_split": "shared",
-        "ensemble_temperature": "temperature",
     }
-    # 0 switches the term off, or shares nothing
-    zero_is_a_value = {"brier_weight", "label_smoothing", "shared_split"}
+    # 0 switches the term off
+    zero_is_a_value = {"brier_weight", "label_smoothing"}
     for section, (name, kw) in full_runs.items():
         if section in sections:
             data = sample_per_label(train, 5, seed=0) if args.quick else train
@@ -595,6 +572,8 @@ def main() -> None:
                     name = f"{name}_{tag}" + ("" if value is True else f"{value:g}")
                     if flag != "epochs":  # config() applies --epochs to every run
                         kw = {**kw, flag: value}
+                    if flag == "ensemble" and value > 1:  # each member holds out its own split
+                        name += "_shared0"
             if args.no_evidence_head:
                 name, kw = f"{name}_noevidence", {**kw, "evidence": False}
             if args.seed:

@@ -57,7 +57,8 @@ validation split by NLL, and the temperature of the mixture is fitted there agai
 test set is scored once with the choice.
 
 ``memory-variants`` (``--seed N``): trains the default recipe with the memory of the
-training states alone (``memory_add_validation=False``, the default before 2026-12-02:
+training states alone (``ProbeConfig(memory_add_validation=False)``, the trainer's way
+before 2026-12-02:
 the models of the ``full_memory_train_only*`` sections of ``finetune_banking77.json``,
 which the ``full*`` sections, with the validation states, share), then builds other
 memories for the same model from the outside, and scores each on the test set in fp32
@@ -91,6 +92,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import finetune_banking77 as fb
 
 import clef_engine.train.trainer as trainer_module
+from benchmarks.probe_trainer import ProbeConfig, ProbeTrainer
 from clef_engine.backbones.adapter import ADAPTER_DIR
 from clef_engine.calibration.temperature import Calibrator, fit_temperature
 from clef_engine.train.data import split
@@ -497,10 +499,14 @@ def memory_variants(seed: int) -> None:
     wide: QuestionMemory | None = None
     with tempfile.TemporaryDirectory(prefix="clef-probe-") as tmp:
         started = time.perf_counter()
-        trained = trainer_module.Trainer(
-            # The training states alone in the memory: the variants below add to it.
-            config(seed=seed, memory=True, memory_add_validation=False)
-        ).fit(train, Path(tmp))
+        # The training states alone in the memory: the variants below add to it.
+        probe = ProbeConfig(
+            progress=False,
+            seed=seed,
+            memory_add_validation=False,
+            **({"epochs": 1} if QUICK else {}),
+        )
+        trained = ProbeTrainer(probe).fit(train, Path(tmp))
         result["train_seconds"] = round(time.perf_counter() - started, 1)
         result["trainer_memory"] = trained.memory
         for precision in ("fp32", "int8"):
@@ -526,7 +532,7 @@ def memory_variants(seed: int) -> None:
                     recorded.vectors, recorded.labels, names, wide.settings
                 ),
             }
-            # What TrainConfig(memory_add_validation=True) stores (QuestionMemory.extended).
+            # What the trainer's memory stores (ADD_VALIDATION_TO_MEMORY; QuestionMemory.extended).
             for name in ("recorded", "wide_grid"):
                 prefix = "" if name == "recorded" else f"{name}_"
                 variants[f"{prefix}plus_validation"] = variants[name].extended(val_v, val_y)

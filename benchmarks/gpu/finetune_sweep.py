@@ -57,9 +57,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.finetune_banking77 import data_dir, run  # noqa: E402
+from benchmarks.probe_trainer import ProbeConfig  # noqa: E402
 from clef_engine.calibration import expected_calibration_error, macro_f1  # noqa: E402
 from clef_engine.train import (  # noqa: E402
-    TrainConfig,
     load_eval_data,
     load_training_data,
     sample_per_label,
@@ -159,7 +159,7 @@ def one_run(
         f"{section}: {name} (seed {seed})",
         data,
         test,
-        TrainConfig(**kw),
+        ProbeConfig(**kw),  # bank_init is a probe, not a TrainConfig option
         int8=False,
         probabilities=probabilities,
     )

@@ -31,14 +31,20 @@ EPILOG = """data:
   CSV or JSONL; either text,label (one question, a choice over the labels), or
   state,question,label with --questions FILE ({id: question} in the wire format).
 
+recipes (measured on BANKING77, docs/finetune.md):
+  full      (default) LoRA + option-evidence head, 4 epochs: 94.15 macro-F1 on the full set
+  few-shot  about 10 examples per label: contrastive stage + prototype head, all examples
+            train it (87.58 % at 10 per label; the option-evidence head: 83.50 %)
+  ensemble  two full runs at --lr 1e-3 in one model dir: 94.26, at twice the cost
+
 examples:
   clef-agents finetune train.csv --label-col category --out out/banking77
   clef-agents finetune train.csv --label-col category --examples-per-label 10 \\
-      --head prototype --contrastive-steps 30 --val-fraction 0 --out out/banking77-10shot
+      --recipe few-shot --out out/banking77-10shot
   clef-agents finetune train.csv --label-col category --examples-per-label 10 \\
-      --head prototype --contrastive-steps 30 --val-fraction 0 \\
-      --unlabeled train.csv --out out/banking77-10shot-semi   # the rest as unlabelled
-  clef-agents finetune train.csv --label-col category --ensemble 2 \\
+      --recipe few-shot --unlabeled train.csv \\
+      --out out/banking77-10shot-semi                          # the rest as unlabelled
+  clef-agents finetune train.csv --label-col category --recipe ensemble \\
       --out out/banking77-ensemble                             # two runs, one model dir
   clef-agents finetune tickets.jsonl --questions questions.json --out out/tickets
   clef-agents eval test.csv --label-col category --model out/banking77
@@ -79,54 +85,28 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="local HF encoder dir (default: the embedded all-MiniLM-L6-v2)",
     )
+    p.add_argument(
+        "--recipe",
+        choices=["full", "few-shot", "ensemble"],
+        default="full",
+        help="a measured recipe (see below; default full); other flags override its values",
+    )
     p.add_argument("--epochs", type=_COUNT, default=None)
     p.add_argument("--batch-size", type=_COUNT, default=None)
     p.add_argument("--lr", type=_POSITIVE, default=None, help="LoRA learning rate")
-    p.add_argument("--head-lr", type=_POSITIVE, default=None)
     p.add_argument(
         "--lora-rank",
         type=number(int, low=0, high=MAX_RANK),
         default=None,
         help="0 freezes the backbone",
     )
-    p.add_argument("--lora-alpha", type=_POSITIVE, default=None)
-    p.add_argument("--lora-dropout", type=_FRACTION, default=None)
     p.add_argument("--target-modules", default=None, help="comma-separated layer names")
-    p.add_argument("--label-smoothing", type=_FRACTION, default=None)
-    p.add_argument("--brier-weight", type=_NON_NEGATIVE, default=None)
-    p.add_argument("--ordinal-weight", type=_NON_NEGATIVE, default=None)
-    p.add_argument(
-        "--head",
-        choices=["option_evidence", "prototype"],
-        default=None,
-        help="option_evidence (default): train the head for --epochs; prototype: fit a "
-        "linear head on the (adapted) state vectors, no epochs (few-shot recipe)",
-    )
-    p.add_argument(
-        "--contrastive-steps",
-        type=_NON_NEGATIVE_COUNT,
-        default=None,
-        metavar="N",
-        help="contrastive stage on the LoRA adapters before the head (default 0; "
-        "30 with --head prototype is the measured few-shot recipe)",
-    )
-    p.add_argument("--contrastive-per-label", type=number(int, low=2), default=None, metavar="K")
-    p.add_argument("--contrastive-temperature", type=_POSITIVE, default=None)
-    p.add_argument("--contrastive-lr", type=_POSITIVE, default=None, help="default: --lr")
-    p.add_argument(
-        "--contrastive-weight",
-        type=_NON_NEGATIVE,
-        default=None,
-        metavar="W",
-        help="during the head epochs, + W x a supervised contrastive loss on each batch's "
-        "pooled vectors (default 0: off)",
-    )
     p.add_argument(
         "--unlabeled",
         metavar="FILE",
         default=None,
         help="CSV/JSONL of states without labels (any label column is ignored; labelled "
-        "states are dropped): pseudo-labelled for the prototype head (--head prototype)",
+        "states are dropped): pseudo-labelled for the prototype head (--recipe few-shot)",
     )
     p.add_argument(
         "--unlabeled-text-col",
@@ -140,51 +120,6 @@ def register(sub: Any) -> None:
         default=None,
         metavar="N",
         help="with --unlabeled: at most N pseudo-labelled states per option (default: all)",
-    )
-    p.add_argument(
-        "--rdrop-weight",
-        type=_NON_NEGATIVE,
-        default=None,
-        help="R-Drop: each batch twice, + this weight x symmetric KL (default 0: off)",
-    )
-    p.add_argument(
-        "--ema-decay",
-        type=_FRACTION,
-        default=None,
-        help="keep a moving average of the trained weights (e.g. 0.998; default 0: off)",
-    )
-    p.add_argument(
-        "--dora",
-        dest="use_dora",
-        action="store_true",
-        default=None,
-        help="DoRA: LoRA on the direction of each weight plus a trained magnitude",
-    )
-    p.add_argument(
-        "--lora-plus-ratio",
-        type=_POSITIVE,
-        default=None,
-        metavar="R",
-        help="LoRA+: the adapters' B matrices learn R times faster than --lr (default 1)",
-    )
-    p.add_argument(
-        "--refit",
-        action="store_true",
-        default=None,
-        help="after choosing the epoch and calibration on the validation split, train again "
-        "on all the data for that many epochs (about twice the time)",
-    )
-    p.add_argument("--no-head", action="store_true", help="cosine scoring only (ablation)")
-    p.add_argument(
-        "--bank-init",
-        choices=["text", "examples"],
-        default=None,
-        help="start option vectors from the option text (default) or from its states' mean",
-    )
-    p.add_argument(
-        "--no-group-by-length",
-        action="store_true",
-        help="random batches instead of batches of similar length (slower: more padding)",
     )
     p.add_argument("--val-fraction", type=_FRACTION, default=None)
     p.add_argument("--patience", type=_COUNT, default=None)
@@ -202,8 +137,8 @@ def register(sub: Any) -> None:
         "--no-memory",
         action="store_true",
         help="keep no example memory (by default the training states' vectors vote with the "
-        "head where that lowers the validation NLL; with --head prototype and no validation "
-        "split, the NLL of the head's own 5 folds)",
+        "head where that lowers the validation NLL; with --recipe few-shot, the NLL of the "
+        "head's own 5 folds)",
     )
     p.add_argument(
         "--memory-max-states",
@@ -211,13 +146,6 @@ def register(sub: Any) -> None:
         default=None,
         metavar="N",
         help="example memory: at most N training states per question (default 100000)",
-    )
-    p.add_argument(
-        "--memory-add-validation",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="example memory: once the validation split has chosen its settings, add the "
-        "validation states to it too (default: on)",
     )
     p.add_argument(
         "--histogram",
@@ -229,26 +157,9 @@ def register(sub: Any) -> None:
         type=_COUNT,
         default=None,
         metavar="K",
-        help="train K runs (seeds SEED..SEED+K-1; validation splits: see --shared-split) into "
-        "OUT/members/ and answer with the mean of their calibrated answers; K times the "
-        "training and the backbone passes per decision (default 1)",
-    )
-    p.add_argument(
-        "--shared-split",
-        type=number(float, low=0, high=1),
-        default=None,
-        metavar="F",
-        help="with --ensemble: the share of the validation split of SEED that every member "
-        "holds out; each draws the rest with its own seed (default 0: each member holds out "
-        "its own seed's split, as its single run; 1: one split for all)",
-    )
-    p.add_argument(
-        "--ensemble-temperature",
-        action="store_true",
-        default=None,
-        help="with --ensemble: also fit a temperature for the members' mean on the states "
-        "all of them held out (off by default: it raised test ECE in 12 of 15 BANKING77 "
-        "ensembles)",
+        help="train K runs (seeds SEED..SEED+K-1, each on its own seed's validation split) "
+        "into OUT/members/ and answer with the mean of their calibrated answers; K times the "
+        "training and the backbone passes per decision (default 1; --recipe ensemble: 2)",
     )
     p.add_argument("--seed", type=_NON_NEGATIVE_COUNT, default=None)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")
@@ -275,39 +186,18 @@ _FIELDS = (
     "epochs",
     "batch_size",
     "lr",
-    "head_lr",
     "lora_rank",
-    "lora_alpha",
-    "lora_dropout",
-    "lora_plus_ratio",
-    "use_dora",
-    "label_smoothing",
-    "brier_weight",
-    "ordinal_weight",
     "val_fraction",
     "patience",
     "rl_epochs",
     "rl_kl",
-    "bank_init",
-    "head",
-    "contrastive_steps",
-    "contrastive_per_label",
-    "contrastive_temperature",
-    "contrastive_lr",
-    "contrastive_weight",
     "pseudo_per_label",
-    "rdrop_weight",
-    "ema_decay",
-    "refit",
     "memory_max_states",
-    "memory_add_validation",
     "ensemble",
-    "shared_split",
-    "ensemble_temperature",
     "seed",
     "device",
 )
-"""Flags passed to :class:`TrainConfig` under the same name when given."""
+"""Flags passed to :meth:`TrainConfig.preset` under the same name when given."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -343,14 +233,12 @@ def run(args: argparse.Namespace) -> int:
     if args.similarity:
         kwargs["similarity"] = load_structured(args.similarity)
     kwargs.update(
-        evidence=not args.no_head,
         memory=not args.no_memory,
         histogram=args.histogram,
         progress=not args.no_progress,
-        group_by_length=not args.no_group_by_length,
     )
     try:
-        config = TrainConfig(**kwargs)
+        config = TrainConfig.preset(args.recipe, **kwargs)
         config.check()
     except ValueError as exc:
         raise UsageError(str(exc)) from None

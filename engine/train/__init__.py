@@ -1,9 +1,9 @@
 """Fine-tuning: LoRA adapters (peft) + the option-evidence head, then calibration.
 
-The few-shot recipe trains the adapters with a contrastive loss instead and fits a
-prototype head on the adapted vectors (``TrainConfig(head="prototype",
-contrastive_steps=30)``). ``TrainConfig(ensemble=K)`` trains K runs into one model dir
-that answers with their recalibrated mean (:mod:`clef_engine.train.ensemble`).
+The measured recipes are presets: ``TrainConfig.preset("full")`` (the defaults),
+``"few_shot"`` (a contrastive stage on the adapters, then a prototype head on the adapted
+vectors) and ``"ensemble"`` (two runs in one model dir that answers with their mean,
+:mod:`clef_engine.train.ensemble`).
 
 Needs the ``[train]`` extra (``pip install 'clef-agents[train]'``) for LoRA; data loading
 and the losses work without it.
@@ -11,6 +11,7 @@ and the losses work without it.
 
 from __future__ import annotations
 
+from clef_engine.train.config import PRESETS
 from clef_engine.train.contrastive import supervised_contrastive_loss
 from clef_engine.train.data import (
     Example,
@@ -34,6 +35,7 @@ from clef_engine.train.rl import rl_loss
 from clef_engine.train.trainer import TrainConfig, Trainer, TrainResult
 
 __all__ = [
+    "PRESETS",
     "Example",
     "TrainConfig",
     "TrainResult",

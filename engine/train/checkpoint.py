@@ -1,9 +1,9 @@
-"""The trainer's weights as a state: kept epochs, the weight average, checkpoints.
+"""The trainer's weights as a state: kept epochs and checkpoints.
 
 :class:`CheckpointState` is a part of :class:`clef_engine.train.trainer.Trainer`. A state is the
 trained weights by name (``head.*``, ``lora.*``, as ``Trainer._trainable`` names them); a
 checkpoint (``checkpoint/state.safetensors`` + ``meta.json``, written after every epoch)
-also holds the kept epoch's state, the average, and the optimizer and scheduler, so
+also holds the kept epoch's state and the optimizer and scheduler, so
 ``resume=True`` continues where a run stopped.
 """
 
@@ -20,18 +20,10 @@ from clef_engine.train.forward import ModelForward
 
 
 class CheckpointState(ModelForward):
-    """Copies, averages, restores and checkpoints the trained weights."""
+    """Copies, restores and checkpoints the trained weights."""
 
     def _state(self) -> dict[str, torch.Tensor]:
         return {n: p.detach().clone() for n, p in self._trainable().items()}
-
-    @torch.no_grad()
-    def _average(self, params: dict[str, torch.nn.Parameter], step: int) -> None:
-        """One update of the moving average of the trained weights (``ema_decay``)."""
-        assert self._ema is not None
-        decay = min(self.config.ema_decay, (1 + step) / (10 + step))
-        for n, p in params.items():
-            self._ema[n].lerp_(p.detach(), 1.0 - decay)
 
     def _restore(self, state: dict[str, torch.Tensor]) -> None:
         params = self._trainable()
@@ -58,7 +50,6 @@ class CheckpointState(ModelForward):
         tensors.update(
             {f"best.{n}": v.cpu().contiguous() for n, v in (best["state"] or {}).items()}
         )
-        tensors.update({f"ema.{n}": v.cpu().contiguous() for n, v in (self._ema or {}).items()})
         opt = optimizer.state_dict()
         for idx, slots in opt["state"].items():
             for k, v in slots.items():
@@ -99,10 +90,7 @@ class CheckpointState(ModelForward):
 
         self._restore(prefixed("current."))
         best_state = prefixed("best.")
-        params = self._trainable()
-        ema = prefixed("ema.")
-        if ema and self.config.ema_decay > 0:  # a run resumed with the average off drops it
-            self._ema = {n: v.to(params[n].device) for n, v in ema.items()}
+        # ``ema.*`` tensors (a weight average, in checkpoints of earlier versions) are left.
         state: dict[int, dict[str, torch.Tensor]] = {}
         for k, v in tensors.items():
             if k.startswith("opt."):

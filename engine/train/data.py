@@ -356,7 +356,7 @@ def split(
     """Stratified ``(train, validation)`` split; a label with one example stays in train.
 
     ``base_seed`` and ``shared`` (see :func:`split_indices`) carve a split that shares part
-    of another seed's, as the members of an ensemble do (``TrainConfig.shared_split``)."""
+    of another seed's (the ensemble splits measured in ``docs/finetune.md``, "Ensembles")."""
     train, val = split_indices(data, fraction, seed=seed, base_seed=base_seed, shared=shared)
     return data.subset(train), data.subset(val)
 

@@ -5,23 +5,16 @@ their calibrated answers is right more often than the average member (BANKING77 
 ``docs/finetune.md``, "Ensembles").
 
 :func:`fit_ensemble` trains ``ensemble`` runs with seeds ``seed``, ``seed + 1``, ... (each
-its own initialisation, batch order and dropout). Their validation splits are carved from
-the split of ``split_seed`` (default ``seed``) by ``shared_split``
-(:func:`~clef_engine.train.data.split_indices`): each member keeps that share of it, per
-label, and draws the rest of its held-out states with its own seed. The default
-(``ENSEMBLE_SHARED_SPLIT``, 0) shares nothing: member i holds out the split of its own
-seed and is the single run of ``seed + i``; with 1 every member holds out exactly the
-split of ``split_seed``. Each member is a whole model dir under ``members/<i>`` with its
-own temperature and example memory, chosen on its own split.
+its own initialisation, batch order and dropout). Member i holds out the validation split
+of its own seed and is the single run of ``seed + i``: a whole model dir under
+``members/<i>`` with its own temperature and example memory, chosen on its own split.
 
-The engine answers with the mean of the members' calibrated answers. That mean is scored
-on the states that every member held out (calibrated, with the memory chosen there, before
-the split's states join it), where there are any: ``training.json``'s ``validation``.
-With ``ensemble_temperature`` one temperature per (question type, option-count bucket) is
-also fitted there and applied to the mean (averaging calibrated models tends to make them
-under-confident). It is off by default: each member chose its own temperature and memory
-on its split, those states included, so the fit is biased, and on BANKING77 it raised
-test ECE in 12 of the 15 ensembles measured (``docs/finetune.md``, "Ensembles").
+The engine answers with the mean of the members' calibrated answers; the mean gets no
+temperature of its own (each member chose its temperature and memory on its split, so a
+fit on those states is biased, and on BANKING77 it raised test ECE in 12 of the 15
+ensembles measured; ``docs/finetune.md``, "Ensembles"). That mean is scored on the states
+that every member held out (calibrated, with the memory chosen there, before the split's
+states join it), where there are any: ``training.json``'s ``validation``.
 
 Layout::
 
@@ -49,11 +42,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from clef_engine.backbones import PACKAGED
-from clef_engine.calibration.fit import fit_calibrator
 from clef_engine.calibration.temperature import Calibrator
 from clef_engine.runtime.model_dir import CONFIG, ENSEMBLE_DIR, FORMAT, FORMAT_VERSION
-from clef_engine.train.config import ENSEMBLE_SHARED_SPLIT, TrainResult
-from clef_engine.train.data import TrainingDataError, TrainingSet, split_indices
+from clef_engine.train.config import TrainResult
+from clef_engine.train.data import TrainingSet, split_indices
 from clef_engine.train.forward import _ece_after
 
 if TYPE_CHECKING:
@@ -75,54 +67,23 @@ def fit_ensemble(
     unlabeled: Sequence[str] | None = None,
 ) -> TrainResult:
     """Train ``trainer.config.ensemble`` members into ``out/members/<i>``, score their mean
-    on the states all of them held out (with ``ensemble_temperature``, fit its temperature
-    there) and write ``out/config.json``; see the module docstring.
+    on the states all of them held out and write ``out/config.json``; see the module
+    docstring.
 
     With ``resume=True`` a member that finished with the same recipe on the same states
     (and unlabelled states) is kept, and an interrupted one continues from its checkpoint.
-
-    Raises:
-        TrainingDataError: With ``ensemble_temperature``, a question has no states that
-            every member holds out.
     """
     from clef_engine.train.trainer import CHECKPOINT_DIR, Trainer
 
     started = time.perf_counter()
     cfg = trainer.config
     checkpoint = out / CHECKPOINT_DIR
-    split_seed = cfg.seed if cfg.split_seed is None else cfg.split_seed
-    shared = ENSEMBLE_SHARED_SPLIT if cfg.shared_split is None else cfg.shared_split
     member_configs = [
-        replace(
-            cfg,
-            ensemble=1,
-            ensemble_temperature=False,
-            seed=cfg.seed + i,
-            split_seed=split_seed,
-            shared_split=shared,
-            model_name=None,
-        )
-        for i in range(cfg.ensemble)
+        replace(cfg, ensemble=1, seed=cfg.seed + i, model_name=None) for i in range(cfg.ensemble)
     ]
-    # Each member's validation split, as its trainer carves it; the mean is scored (and,
-    # with ensemble_temperature, calibrated) on the states all of them hold out. A fit
-    # needs some for every question: say so before any member trains.
-    splits = [
-        split_indices(data, cfg.val_fraction, seed=m.seed, base_seed=split_seed, shared=shared)[1]
-        for m in member_configs
-    ]
-    common = set(splits[0]).intersection(*splits[1:])
-    unheld = [
-        qid for qid in data.questions if not any(qid in data.examples[i].labels for i in common)
-    ]
-    if cfg.ensemble_temperature and unheld:
-        raise TrainingDataError(
-            f"question {unheld[0]!r} has no states that every member holds out (val_fraction "
-            f"{cfg.val_fraction}, shared_split {shared:g}); an ensemble fits "
-            "the temperature of its mean there. Give it more labelled states or raise "
-            "val_fraction or shared_split",
-            field="shared_split" if shared < 1 else "val_fraction",
-        )
+    # Each member's validation split, as its trainer carves it; the mean is scored on the
+    # states all of them hold out.
+    splits = [split_indices(data, cfg.val_fraction, seed=m.seed)[1] for m in member_configs]
     keys = [_row_keys(data, rows) for rows in splits]
     members: list[TrainResult] = []
     held: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = []
@@ -172,9 +133,7 @@ def fit_ensemble(
         del member  # one member's model in memory at a time
         gc.collect()
 
-    calibration, validation = _calibrate(
-        held, data, members, histogram=cfg.histogram, keys=keys, fit=cfg.ensemble_temperature
-    )
+    calibration, validation = _score_mean(held, data, members, keys=keys)
     config: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -217,21 +176,18 @@ def fit_ensemble(
     )
 
 
-def _calibrate(
+def _score_mean(
     held: list[dict[str, tuple[torch.Tensor, torch.Tensor]]],
     data: TrainingSet,
     members: list[TrainResult],
     *,
-    histogram: bool = False,
     keys: list[dict[str, list[tuple[str, int]]]] | None = None,
-    fit: bool = True,
 ) -> tuple[Calibrator, dict[str, float]]:
-    """The ensemble's temperatures, fitted on the members' mean answers on the states that
-    every member held out (with ``fit=False`` none: the identity), and the validation
-    metrics of that mean before and after them (``accuracy``, ``nll``, ``ece``,
-    ``ece_calibrated``), beside ``members_accuracy``, the mean of the members' own
-    accuracies on the same answers. Without such states and ``fit=False``: the identity
-    and no metrics.
+    """The ensemble's calibration (the identity: the members' answers are calibrated) and
+    the validation metrics of the members' mean answers on the states that every member
+    held out (``accuracy``, ``nll``, ``ece``, ``ece_calibrated`` (the same: no temperature
+    of its own), ``answers``), beside ``members_accuracy``, the mean of the members' own
+    accuracies on the same answers. Without such states: no metrics.
 
     ``keys[i][fp]`` names the rows of ``held[i][fp]`` (:func:`_row_keys`); without
     ``keys`` every member held out the same rows in the same order."""
@@ -274,24 +230,9 @@ def _calibrate(
         logits.extend(mean.clamp(min=1e-300).log())
         labels.extend(int(t) for t in y)
         kinds.extend([types[fp]] * len(y))
-    identity = Calibrator(
-        source=f"none: the mean of {len(held)} calibrated members (ensemble_temperature off)"
-    )
+    calibration = Calibrator(source=f"none: the mean of {len(held)} calibrated members")
     if not labels:
-        if not fit:
-            return identity, {}
-        raise RuntimeError("the members of the ensemble held out no state in common")
-    if fit:
-        calibration = fit_calibrator(
-            logits,
-            labels,
-            kinds,
-            histogram=histogram,
-            source=f"validation split ({len(labels)} answers held out by every member) of "
-            f"{data.source or 'training data'}, mean of {len(held)} members",
-        )
-    else:
-        calibration = identity
+        return calibration, {}
     correct = [
         sum(
             int(p.argmax()) == int(t)

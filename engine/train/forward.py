@@ -36,7 +36,6 @@ class ModelForward:
     fps: dict[str, str]
     """Fingerprint (type and option set) of each trained question id."""
     memory: ExampleMemory | None
-    _ema: dict[str, torch.Tensor] | None
     _cache: dict[str, tuple[torch.Tensor, torch.Tensor]]
     _frozen: bool = False
     """The adapters are fixed for now (the RL stage): :meth:`features` caches, as it does

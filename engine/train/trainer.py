@@ -27,9 +27,15 @@ The recipe (see ``docs/finetune.md`` for the measurements behind the defaults):
    ``adapter/`` (peft format), ``training.json``. ``DecisionEngine.from_pretrained(out)``
    loads it.
 
-With ``ensemble=K`` the whole recipe runs K times from K seeds on one validation split,
-into ``out/members/<i>``, and one temperature is fitted on the mean of their answers
-(:mod:`clef_engine.train.ensemble`).
+With ``ensemble=K`` the whole recipe runs K times from K seeds, each on its own seed's
+validation split, into ``out/members/<i>``; the engine answers with the mean of their
+calibrated answers (:mod:`clef_engine.train.ensemble`).
+
+The measured recipes are presets (``TrainConfig.preset("full" | "few_shot" |
+"ensemble")``). Probes of other recipes subclass :class:`Trainer` and override its
+protected steps (``_head_config``, ``_bank_vectors``, ``_lora_options``,
+``_param_groups``, ``_batch_loss``, ``GROUP_BY_LENGTH``); ``benchmarks/finetune_probes.py``
+does so for the ablations that did not become options.
 
 Example:
     >>> from clef_engine.train import Trainer, TrainConfig, load_training_data
@@ -71,11 +77,10 @@ from clef_engine.heads.zero_shot import option_texts
 from clef_engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
 from clef_engine.train.checkpoint import CheckpointState
 from clef_engine.train.config import HEADS, MAX_RANK, TrainConfig, TrainResult
-from clef_engine.train.contrastive import supervised_contrastive_loss
 from clef_engine.train.data import TrainingDataError, TrainingSet, split
 from clef_engine.train.few_shot import CONTRASTIVE_CHUNK, FewShotStages
 from clef_engine.train.forward import _ece_after
-from clef_engine.train.losses import decision_loss, symmetric_kl
+from clef_engine.train.losses import decision_loss
 from clef_engine.train.memory import MemoryStage
 from clef_engine.train.rl import ReinforceStage
 from clef_engine.train.schedule import linear_schedule
@@ -89,14 +94,11 @@ TARGETS = (
     ("q_lin", "k_lin", "v_lin", "out_lin"),  # DistilBERT
 )
 CHECKPOINT_DIR = "checkpoint"
-SELECTION_FILE = "selection.json"
-"""With ``refit``: the selection run's history, kept epoch and calibration, for ``--resume``."""
 __all__ = [
     "CHECKPOINT_DIR",
     "CONTRASTIVE_CHUNK",
     "HEADS",
     "MAX_RANK",
-    "SELECTION_FILE",
     "TrainConfig",
     "TrainResult",
     "Trainer",
@@ -133,13 +135,18 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             for the embedded all-MiniLM-L6-v2.
     """
 
+    GROUP_BY_LENGTH = True
+    """Batch states of similar token length together (shuffled in windows of 50 batches,
+    batch order shuffled), so little compute goes to padding: on BANKING77 the padded
+    tokens per state drop from 47 to 17 and a LoRA epoch on 2 CPU cores from 5.8 to
+    2.5 min. A probe sets it to ``False`` for plain shuffled batches."""
+
     def __init__(
         self,
         config: TrainConfig | None = None,
         backbone: str | Path | EncoderBackbone | None = None,
     ) -> None:
         self.config = config or TrainConfig()
-        self._ema: dict[str, torch.Tensor] | None = None  # ema_decay's average, during fit
         self.memory: ExampleMemory | None = None
         self.held_out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         """After :meth:`fit`, per question fingerprint, the model's answers on the validation
@@ -153,8 +160,8 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
     def build(self, data: TrainingSet, train: TrainingSet | None = None) -> None:
         """Load the backbone, register the questions in the head, attach LoRA.
 
-        ``train`` (default ``data``) are the states whose embeddings start the option bank
-        when ``bank_init="examples"``; the trainer passes its split without validation.
+        ``train`` (default ``data``): the states a subclass's :meth:`_bank_vectors` may
+        start the option bank from; the trainer passes its split without validation.
         """
         cfg = self.config
         torch.manual_seed(cfg.seed)
@@ -166,40 +173,19 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             )
         self.device = self.backbone.device
         self.base_model = self.backbone.model
-        self.head = OptionEvidenceHead(
-            HeadConfig(
-                hidden_size=self.backbone.hidden_size,
-                dim=cfg.head_dim,
-                heads=cfg.head_heads,
-                dropout=cfg.head_dropout,
-                evidence=cfg.evidence,
-                option_bank=cfg.option_bank,
-            )
-        )
+        self.head = OptionEvidenceHead(self._head_config())
         self.fps: dict[str, str] = {}
         for qid, question in data.questions.items():
-            names = data.names(qid)
-            if cfg.bank_init == "examples" and str(question.type) != "score":  # type: ignore[attr-defined]
-                vectors = self._centroids(train or data, qid)  # encodes the option texts too
-            else:
-                vectors = self.backbone.encode(option_texts(question)).pooled.float().cpu()
             self.fps[qid] = self.head.add_question(
                 str(question.type),  # type: ignore[attr-defined]
-                names,
-                vectors,
+                data.names(qid),
+                self._bank_vectors(train or data, qid),
                 question_context(question),
             )
         self.head.to(self.device)
         if cfg.lora_rank > 0:
             peft = require("peft", package="peft", extra="train", feature="LoRA fine-tuning")
-            lora = peft.LoraConfig(
-                r=cfg.lora_rank,
-                lora_alpha=cfg.lora_alpha or 2 * cfg.lora_rank,
-                lora_dropout=cfg.lora_dropout,
-                target_modules=cfg.target_modules or _default_targets(self.base_model),
-                bias="none",
-                use_dora=cfg.use_dora,
-            )
+            lora = peft.LoraConfig(**self._lora_options())
             with peft_quietly():
                 self.model = peft.get_peft_model(copy.deepcopy(self.base_model), lora)
         else:
@@ -209,13 +195,69 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         self.model.to(self.device)
         self._cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _centroids(self, data: TrainingSet, qid: str) -> torch.Tensor:
-        """Per option: normalised mean of its text embedding and its states' embeddings."""
-        texts, members = self._members(data, qid)  # every option has its text as a member
-        chunks = [texts[i : i + 256] for i in range(0, len(texts), 256)]
-        pooled = torch.cat([self.backbone.encode(c).pooled.float().cpu() for c in chunks])
-        means = torch.stack([pooled[items].mean(dim=0) for items in members])
-        return torch.nn.functional.normalize(means, dim=-1)
+    # -- the steps a probe may override (benchmarks/finetune_probes.py) ------------------
+
+    def _head_config(self) -> HeadConfig:
+        """The option-evidence head's architecture."""
+        cfg = self.config
+        return HeadConfig(
+            hidden_size=self.backbone.hidden_size,
+            dim=cfg.head_dim,
+            heads=cfg.head_heads,
+            dropout=cfg.head_dropout,
+        )
+
+    def _bank_vectors(self, train: TrainingSet, qid: str) -> torch.Tensor:
+        """The start of question ``qid``'s option bank: its option texts' embeddings (so
+        the untrained head is the zero-shot scorer)."""
+        return self.backbone.encode(option_texts(train.questions[qid])).pooled.float().cpu()
+
+    def _lora_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``peft.LoraConfig``."""
+        cfg = self.config
+        return {
+            "r": cfg.lora_rank,
+            "lora_alpha": cfg.lora_alpha or 2 * cfg.lora_rank,
+            "lora_dropout": cfg.lora_dropout,
+            "target_modules": cfg.target_modules or _default_targets(self.base_model),
+            "bias": "none",
+        }
+
+    def _param_groups(self, params: dict[str, torch.nn.Parameter]) -> list[dict[str, Any]]:
+        """AdamW's parameter groups: the head (``head_lr``), the adapters' A matrices and
+        their B matrices (both ``lr``; two groups, so checkpoints of every version resume).
+        """
+        cfg = self.config
+        lora_b = {n for n in params if n.startswith("lora.") and ".lora_B." in n}
+        return [
+            {"params": [p for n, p in params.items() if n.startswith("head.")], "lr": cfg.head_lr},
+            {
+                "params": [
+                    p for n, p in params.items() if n.startswith("lora.") and n not in lora_b
+                ],
+                "lr": cfg.lr,
+            },
+            {"params": [params[n] for n in sorted(lora_b)], "lr": cfg.lr},
+        ]
+
+    def _batch_loss(self, train: TrainingSet, batch: list[int]) -> torch.Tensor:
+        """One step's loss: the decision loss of every question asked in ``batch``,
+        weighted by its share of the batch; all questions share one backbone pass."""
+        cfg = self.config
+        tokens, mask, pooled = self.features([train.examples[i].state for i in batch])
+        loss = torch.zeros((), device=self.device)
+        for qid, logits, target in self._question_logits(train, batch, tokens, mask, pooled):
+            qtype = str(train.questions[qid].type)  # type: ignore[attr-defined]
+            part = decision_loss(
+                logits,
+                target,
+                qtype,
+                label_smoothing=cfg.label_smoothing,
+                brier_weight=cfg.brier_weight,
+                ordinal_weight=cfg.ordinal_weight,
+            )
+            loss = loss + part * (len(target) / len(batch))
+        return loss
 
     # -- loop ----------------------------------------------------------------------------
 
@@ -245,81 +287,41 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             from clef_engine.train.ensemble import fit_ensemble
 
             return fit_ensemble(self, data, out, resume=resume, unlabeled=unlabeled)
-        train, val = split(
-            data,
-            cfg.val_fraction,
-            seed=cfg.seed,
-            base_seed=cfg.split_seed,
-            shared=1.0 if cfg.shared_split is None else cfg.shared_split,
-        )
+        train, val = split(data, cfg.val_fraction, seed=cfg.seed)
         checkpoint = out / CHECKPOINT_DIR
-        selection = checkpoint / SELECTION_FILE
         validation: dict[str, float] = {}
         calibration: Calibrator | None = None
         self.memory = None
         self.held_out = {}
         memory: dict[str, dict[str, float]] = {}
-        if resume and cfg.refit and selection.is_file():  # the selection run had finished
-            chosen = json.loads(selection.read_text())
-            history, kept = chosen["history"], int(chosen["best_epoch"])
-            validation = chosen["validation"]
-            calibration = (
-                Calibrator.from_dict(chosen["calibration"]) if chosen["calibration"] else None
+        self.build(data, train)
+        epochs = cfg.epochs if cfg.head == "option_evidence" else 0
+        history, best = self._supervised(train, val, epochs, checkpoint, resume)
+        kept = best["epoch"]
+        if best["state"] is not None:
+            self._restore(best["state"])
+        if cfg.head == "prototype":
+            # Without a validation split, the memory is cross-fitted on the head's folds.
+            stats, memory = self.fit_prototypes(train, pool, memory=cfg.memory and not val.examples)
+            if stats:
+                history.append(stats)
+        if cfg.rl_epochs > 0:
+            history.extend(self.reinforce(train, val))
+        if val.examples:
+            metrics, val_logits, labels, types = self.evaluate(val)
+            calibration = fit_calibrator(
+                val_logits,
+                labels,
+                types,
+                histogram=cfg.histogram,
+                source=f"validation split ({len(val)} states) of {data.source or 'training data'}",
             )
-        else:
-            self.build(data, train)
-            epochs = cfg.epochs if cfg.head == "option_evidence" else 0
-            history, best = self._supervised(train, val, epochs, checkpoint, resume)
-            kept = best["epoch"]
-            if best["state"] is not None:
-                self._restore(best["state"])
-            if cfg.head == "prototype":
-                # Without a validation split, the memory is cross-fitted on the head's folds.
-                stats, memory = self.fit_prototypes(
-                    train, pool, memory=cfg.memory and not val.examples
-                )
-                if stats:
-                    history.append(stats)
-            if cfg.rl_epochs > 0:
-                rl_history = self.reinforce(train, val)
-                history.extend(rl_history)
-            if val.examples:
-                metrics, val_logits, labels, types = self.evaluate(val)
-                calibration = fit_calibrator(
-                    val_logits,
-                    labels,
-                    types,
-                    histogram=cfg.histogram,
-                    source=f"validation split ({len(val)} states) of "
-                    f"{data.source or 'training data'}"
-                    + (", model before the refit" if cfg.refit else ""),
-                )
-                validation = dict(metrics)
-                validation["ece_calibrated"] = _ece_after(calibration, val_logits, labels, types)
-                if cfg.memory and not cfg.refit:  # the refit model has no held-out states
-                    memory = self.fit_memory(train, val, calibration)
-                elif not cfg.refit:
-                    self.held_out_probabilities(val, calibration)
-            if cfg.refit:
-                chosen = {
-                    "history": history,
-                    "best_epoch": kept,
-                    "validation": validation,
-                    "calibration": calibration.to_dict() if calibration is not None else None,
-                }
-                checkpoint.mkdir(parents=True, exist_ok=True)
-                selection.write_text(json.dumps(chosen, indent=1, default=str))
-        if cfg.refit:
-            # Selection is done: train again from the same start on every state, validation
-            # split included, for the kept number of epochs; keep the last weights and the
-            # calibration fitted on the held-out split (the refit model has none left).
-            self.build(data, data)
-            refit_history, _ = self._supervised(
-                data, data.subset([]), kept, checkpoint / "refit", resume, "refit "
-            )
-            if self._ema is not None:
-                self._restore(self._ema)
-            history = history + [{**h, "refit": 1.0} for h in refit_history]
+            validation = dict(metrics)
+            validation["ece_calibrated"] = _ece_after(calibration, val_logits, labels, types)
+            if cfg.memory:
+                memory = self.fit_memory(train, val, calibration)
+            else:
+                self.held_out_probabilities(val, calibration)
         self._write(
             out,
             data,
@@ -350,21 +352,8 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         """
         cfg = self.config
         params = self._trainable()
-        lora_b = {n for n in params if n.startswith("lora.") and ".lora_B." in n}
-        groups = [
-            {"params": [p for n, p in params.items() if n.startswith("head.")], "lr": cfg.head_lr},
-            {
-                "params": [
-                    p for n, p in params.items() if n.startswith("lora.") and n not in lora_b
-                ],
-                "lr": cfg.lr,
-            },
-            # LoRA+: the B matrices (zero at the start) learn lora_plus_ratio times faster.
-            {"params": [params[n] for n in sorted(lora_b)], "lr": cfg.lr * cfg.lora_plus_ratio},
-        ]
-        optimizer = torch.optim.AdamW(
-            [g for g in groups if g["params"]], weight_decay=cfg.weight_decay
-        )
+        groups = [g for g in self._param_groups(params) if g["params"]]
+        optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
         steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
         total = steps_per_epoch * epochs
         # Transformers' linear warm-up and decay (epochs=0, the prototype head: never stepped).
@@ -372,7 +361,6 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         history: list[dict[str, float]] = []
         best: dict[str, Any] = {"score": -math.inf, "epoch": 0, "state": None}
         start_epoch = 0
-        self._ema = None
         data = f"{train.digest()}/{val.digest()}"
         resume = resume and (checkpoint / "meta.json").is_file()
         if resume and self.checkpoint_data(checkpoint) not in (None, data):
@@ -386,12 +374,10 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             start_epoch, history, best = self._load_checkpoint(checkpoint, optimizer, scheduler)
         elif cfg.contrastive_steps > 0:
             history.append(self.contrast(train))
-        if cfg.ema_decay > 0 and self._ema is None:
-            self._ema = self._state()
         bad_epochs = sum(1 for h in history if h.get("epoch", 0) > best["epoch"])
         from tqdm.auto import tqdm
 
-        lengths = self._lengths(train) if cfg.group_by_length else None
+        lengths = self._lengths(train) if self.GROUP_BY_LENGTH else None
         for epoch in range(start_epoch, epochs):
             if bad_epochs >= cfg.patience and val.examples:
                 break
@@ -408,44 +394,15 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
                 leave=False,
             )
             for n, batch in enumerate(bar, start=1):
-                if cfg.rdrop_weight > 0:  # each state twice in one forward: two dropout draws
-                    batch = batch + batch
-                tokens, mask, pooled = self.features([train.examples[i].state for i in batch])
-                loss = torch.zeros((), device=self.device)
-                for qid, logits, target in self._question_logits(
-                    train, batch, tokens, mask, pooled
-                ):
-                    qtype = str(train.questions[qid].type)  # type: ignore[attr-defined]
-                    part = decision_loss(
-                        logits,
-                        target,
-                        qtype,
-                        label_smoothing=cfg.label_smoothing,
-                        brier_weight=cfg.brier_weight,
-                        ordinal_weight=cfg.ordinal_weight,
-                    )
-                    if cfg.rdrop_weight > 0:  # rows: the first copies, then the second
-                        half = len(target) // 2
-                        part = part + cfg.rdrop_weight * symmetric_kl(logits[:half], logits[half:])
-                    loss = loss + part * (len(target) / len(batch))
-                if cfg.contrastive_weight > 0:
-                    loss = loss + cfg.contrastive_weight * self._batch_contrast(
-                        train, batch, pooled
-                    )
+                loss = self._batch_loss(train, batch)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
                 optimizer.step()
                 scheduler.step()
-                if self._ema is not None:
-                    self._average(params, scheduler.last_epoch)
                 running += float(loss.detach())
                 bar.set_postfix(loss=f"{running / n:.4f}")
             record = {"epoch": epoch + 1, "train_loss": running / max(1, steps_per_epoch)}
-            current = None
-            if self._ema is not None:  # validate (and keep) the average, train on the weights
-                current = self._state()
-                self._restore(self._ema)
             tolerance = 0.0
             if val.examples:
                 metrics = self.evaluate(val)[0]
@@ -467,30 +424,11 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
                 bad_epochs = 0
             else:
                 bad_epochs += 1
-            if current is not None:
-                self._restore(current)
             self._save_checkpoint(
                 checkpoint, epoch + 1, history, best, optimizer, scheduler, data=data
             )
 
         return history, best
-
-    def _batch_contrast(
-        self, data: TrainingSet, batch: list[int], pooled: torch.Tensor
-    ) -> torch.Tensor:
-        """The ``contrastive_weight`` term: per question asked in the batch, the supervised
-        contrastive loss of its states' pooled vectors under their labels, weighted by the
-        question's share of the batch (as the decision loss is)."""
-        total = pooled.sum() * 0.0
-        for qid in data.questions:
-            rows, labels = self._asked(data, batch, qid)
-            if len(rows) < 2:
-                continue
-            term = supervised_contrastive_loss(
-                pooled[rows], labels, self.config.contrastive_temperature
-            )
-            total = total + term * (len(rows) / len(batch))
-        return total
 
     # -- output ----------------------------------------------------------------------
 

@@ -60,9 +60,6 @@ def test_finetune_then_calibrate_then_load(tiny_dir, tmp_path, capsys) -> None:
             "6",
             "--examples-per-label",
             "5",
-            "--bank-init",
-            "examples",
-            "--no-group-by-length",
             "--no-progress",
             "--device",
             "cpu",
@@ -74,7 +71,11 @@ def test_finetune_then_calibrate_then_load(tiny_dir, tmp_path, capsys) -> None:
     config = json.loads((out / "config.json").read_text())
     assert config["head"]["questions"]
     trained_with = json.loads((out / "training.json").read_text())["config"]
-    assert trained_with["bank_init"] == "examples" and trained_with["group_by_length"] is False
+    assert (trained_with["head"], trained_with["epochs"], trained_with["lr"]) == (
+        "option_evidence",
+        2,
+        5e-4,
+    )  # --recipe full (the default) with --epochs on top
 
     png = tmp_path / "rel.png"
     code = main(
@@ -150,9 +151,9 @@ def small_finetune(tiny_dir, tmp_path) -> tuple[Path, list[str]]:
     return out, args
 
 
-def test_finetune_few_shot_recipe_flags(tiny_dir, tmp_path, capsys) -> None:
+def test_finetune_few_shot_recipe(tiny_dir, tmp_path, capsys) -> None:
     out, args = small_finetune(tiny_dir, tmp_path)
-    code = main([*args, "--head", "prototype", "--contrastive-steps", "4", "--val-fraction", "0"])
+    code = main([*args, "--recipe", "few-shot"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["best_epoch"] == 0  # no head epochs
@@ -163,56 +164,44 @@ def test_finetune_few_shot_recipe_flags(tiny_dir, tmp_path, capsys) -> None:
     assert not (out / "memory.safetensors").exists()
     report = json.loads((out / "training.json").read_text())
     assert report["config"]["head"] == "prototype"
-    assert report["history"][0]["contrastive_steps"] == 4
+    assert report["config"]["val_fraction"] == 0.0
+    assert report["history"][0]["contrastive_steps"] == 30
     head = json.loads((out / "config.json").read_text())["head"]
     assert [q["prototype"] for q in head["questions"].values()] == [True]
     # A bad combination is a usage error naming the fix, not a traceback.
-    code = main([*args, "--contrastive-steps", "4", "--lora-rank", "0"])
+    code = main([*args, "--recipe", "few-shot", "--lora-rank", "0"])
     assert code == 2
     assert "needs lora_rank > 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
-    ("flags", "expected", "bad", "error"),
+    "flags",
     [
-        (
-            ["--rdrop-weight", "0.5", "--ema-decay", "0.9"],
-            {"rdrop_weight": 0.5, "ema_decay": 0.9, "refit": False},
-            ["--ema-decay", "1.5"],
-            "argument --ema-decay: must be in [0, 1); got 1.5",
-        ),
-        (
-            ["--contrastive-weight", "0.5", "--contrastive-temperature", "0.1"],
-            {"contrastive_weight": 0.5, "contrastive_temperature": 0.1, "refit": False},
-            ["--contrastive-weight", "-1"],
-            "argument --contrastive-weight: must be >= 0; got -1",
-        ),
-        (
-            ["--refit", "--lora-plus-ratio", "4", "--dora"],
-            {"refit": True, "lora_plus_ratio": 4.0, "use_dora": True},
-            ["--refit", "--val-fraction", "0"],
-            "it needs val_fraction > 0",
-        ),
+        ["--rdrop-weight", "0.5"],
+        ["--ema-decay", "0.9"],
+        ["--dora"],
+        ["--lora-plus-ratio", "4"],
+        ["--refit"],
+        ["--contrastive-weight", "0.5"],
+        ["--bank-init", "examples"],
+        ["--no-head"],
+        ["--shared-split", "1"],
+        ["--ensemble-temperature"],
+        ["--head", "prototype"],
     ],
 )
-def test_finetune_training_flags(tiny_dir, tmp_path, capsys, flags, expected, bad, error) -> None:
-    out, args = small_finetune(tiny_dir, tmp_path)
-    assert main([*args, "--epochs", "1", *flags]) == 0
-    report = json.loads((out / "training.json").read_text())
-    assert {k: report["config"][k] for k in expected} == expected
-    refit = [None, 1.0] if expected["refit"] else [None]  # a refit adds its own epoch
-    assert [h.get("refit") for h in report["history"]] == refit
-    capsys.readouterr()
-    # A bad value or combination is a usage error naming the limit, not a traceback.
-    assert main([*args, *bad]) == 2
-    assert error in capsys.readouterr().err
+def test_finetune_ablation_flags_are_gone(tiny_dir, tmp_path, capsys, flags) -> None:
+    """The probes run in benchmarks/ (probe_trainer.py), not through the CLI."""
+    _, args = small_finetune(tiny_dir, tmp_path)
+    assert main([*args, *flags]) == 2
+    assert f"unrecognized arguments: {flags[0]}" in capsys.readouterr().err
 
 
 def test_finetune_with_unlabelled_states(tiny_dir, tmp_path, capsys) -> None:
     out, args = small_finetune(tiny_dir, tmp_path)
     unlabeled = tmp_path / "unlabeled.csv"
     write_csv(unlabeled, 9, seed=5)  # its intent column is ignored
-    recipe = ["--head", "prototype", "--val-fraction", "0"]
+    recipe = ["--recipe", "few-shot"]
     code = main([*args, *recipe, "--unlabeled", str(unlabeled), "--pseudo-per-label", "2"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
@@ -303,12 +292,12 @@ def test_finetune_keeps_an_example_memory_and_calibrate_refits_it(tiny_dir, tmp_
     assert not (out / "memory.safetensors").exists()
     assert DecisionEngine.from_pretrained(out, device="cpu").head.memory is None
 
-    for flag, added in (("--memory-add-validation", 60), ("--no-memory-add-validation", None)):
-        assert main([*args, "--epochs", "1", "--val-fraction", "0.25", flag]) == 0
-        ((_, fit),) = json.loads(capsys.readouterr().out)["memory"].items()
-        assert fit.get("validation_states") == added
-        memory = DecisionEngine.from_pretrained(out, device="cpu").head.memory
-        assert [len(m) for m in memory.questions.values()] == [180 + (added or 0)]
+    # The validation states join the memory once they chose its settings.
+    assert main([*args, "--epochs", "1", "--val-fraction", "0.25"]) == 0
+    ((_, fit),) = json.loads(capsys.readouterr().out)["memory"].items()
+    assert fit["validation_states"] == 60
+    memory = DecisionEngine.from_pretrained(out, device="cpu").head.memory
+    assert [len(m) for m in memory.questions.values()] == [240]
 
     assert main([*args, "--epochs", "1", "--val-fraction", "0.25", "--no-memory"]) == 0
     assert "memory" not in json.loads(capsys.readouterr().out)
@@ -319,13 +308,14 @@ def test_finetune_keeps_an_example_memory_and_calibrate_refits_it(tiny_dir, tmp_
 
 def test_finetune_an_ensemble_then_calibrate_its_mean(tiny_dir, tmp_path, capsys) -> None:
     out, args = small_finetune(tiny_dir, tmp_path)
-    ensemble = ["--ensemble", "2", "--shared-split", "1", "--ensemble-temperature"]
-    assert main([*args, "--epochs", "1", *ensemble, "--val-fraction", "0.3"]) == 0
+    assert main([*args, "--epochs", "1", "--recipe", "ensemble", "--val-fraction", "0.3"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert len(summary["members"]) == 2 and "ece_calibrated" in summary["validation"]
     config = json.loads((out / "config.json").read_text())
     assert config["ensemble"] == ["members/0", "members/1"]
-    assert "held out by every member" in config["calibration"]["source"]
+    assert config["calibration"]["source"] == "none: the mean of 2 calibrated members"
+    report = json.loads((out / "training.json").read_text())
+    assert (report["config"]["ensemble"], report["config"]["lr"]) == (2, 1e-3)
     heldout = tmp_path / "heldout.csv"
     write_csv(heldout, 30, seed=1)
     calibrated = tmp_path / "calibrated"
@@ -336,7 +326,7 @@ def test_finetune_an_ensemble_then_calibrate_its_mean(tiny_dir, tmp_path, capsys
     report = json.loads(capsys.readouterr().out)
     assert report["labels"] == 30
     assert report["after"]["nll"] <= report["before"]["nll"] + 1e-6
-    # The mean's temperature is refitted; the members are copied unchanged.
+    # The mean gets a temperature of its own; the members are copied unchanged.
     saved = json.loads((calibrated / "config.json").read_text())
     assert saved["ensemble"] == ["members/0", "members/1"]
     assert saved["calibration"]["source"].startswith("clef-agents calibrate")

@@ -1,7 +1,7 @@
 """An ensemble of fine-tuning runs (``TrainConfig(ensemble=K)``) on a tiny random encoder:
-independent or shared validation splits, the mean of the members' answers (recalibrated on
-the states all of them held out with ``ensemble_temperature``), save/load, int8, resume and
-the errors of a bad config or model dir."""
+each member on its own seed's validation split, the mean of the members' answers (scored on
+the states all of them held out), save/load, int8, resume and the errors of a bad config or
+model dir."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from clef_engine import DecisionEngine, ModelLoadError, Noul
 from clef_engine.heads.ensemble import EnsembleHead
 from clef_engine.heads.memory import MEMORY_FILE
 from clef_engine.heads.option_evidence import HEAD_FILE, fingerprint, question_context
-from clef_engine.train import TrainConfig, Trainer, TrainingDataError
-from clef_engine.train.config import ENSEMBLE_SHARED_SPLIT, TrainResult
+from clef_engine.train import TrainConfig, Trainer
+from clef_engine.train.config import TrainResult
 from clef_engine.train.data import split, split_indices
-from clef_engine.train.ensemble import _calibrate, _row_keys
+from clef_engine.train.ensemble import _row_keys, _score_mean
 
 pytest.importorskip("peft")
 pytestmark = pytest.mark.slow
@@ -48,10 +48,9 @@ def test_members_differ_in_their_start_and_their_split(ensemble) -> None:
     # By default the mean gets no temperature of its own.
     assert config["calibration"]["temperatures"] == {}
     source = config["calibration"]["source"]
-    assert "mean of 2 calibrated members (ensemble_temperature off)" in source
+    assert "none: the mean of 2 calibrated members" in source
     reports = [json.loads((out / m / "training.json").read_text()) for m in config["ensemble"]]
-    assert [(r["config"]["seed"], r["config"]["split_seed"]) for r in reports] == [(0, 0), (1, 0)]
-    assert [r["config"]["shared_split"] for r in reports] == [ENSEMBLE_SHARED_SPLIT] * 2
+    assert [r["config"]["seed"] for r in reports] == [0, 1]
     assert [r["config"]["ensemble"] for r in reports] == [1, 1]
     assert all((out / m / MEMORY_FILE).is_file() for m in config["ensemble"])
     assert (out / "members/0" / HEAD_FILE).read_bytes() != (
@@ -98,10 +97,10 @@ def test_answers_are_the_mean_of_the_members(ensemble) -> None:
     assert len(versions) == 3
 
 
-def test_calibrate_on_synthetic_held_out_answers_fits_the_mean() -> None:
+def test_the_mean_of_synthetic_held_out_answers_is_scored_without_a_temperature() -> None:
     """Two calibrated members (right 85 % of the time, with 0.85) that err on different
-    rows: where they agree their mean says 0.85 but is right 98 % of the time, so the
-    ensemble's temperature sharpens it (below 1) and lowers the ECE of the mean."""
+    rows: their mean is right more often than either, and gets no temperature of its own
+    (the measured default; a fit there raised test ECE in 12 of 15 BANKING77 ensembles)."""
     data = memorised(n=30)
     question = data.questions["route"]
     fp = fingerprint("choice", data.names("route"), question_context(question))
@@ -114,20 +113,20 @@ def test_calibrate_on_synthetic_held_out_answers_fits_the_mean() -> None:
         probs[torch.arange(300), wrong] = 0.85
         held.append({fp: (probs, labels)})
     members = [TrainResult(None, [], 1, {}, 0.0) for _ in held]  # type: ignore[arg-type]
-    calibration, validation = _calibrate(held, data, members)
-    assert calibration.temperature("choice", 3) < 1.0
-    assert validation["ece_calibrated"] < validation["ece"]
+    calibration, validation = _score_mean(held, data, members)
+    assert calibration.temperatures == {} and calibration.temperature("choice", 3) == 1.0
+    assert validation["ece_calibrated"] == validation["ece"]
+    assert validation["answers"] == 300.0
     # Both members wrong on the same row is rare, so the mean is right more often.
     assert validation["accuracy"] > validation["members_accuracy"]
     held[1] = {fp: (held[1][fp][0], (labels + 1) % 3)}
     with pytest.raises(RuntimeError, match="member 1 was not validated on the states of member 0"):
-        _calibrate(held, data, members)
+        _score_mean(held, data, members)
 
 
 def test_members_hold_out_the_splits_of_their_own_seeds(ensemble) -> None:
-    """By default (``shared_split`` 0) member i holds out the split of seed i, as the single
-    run of that seed does; the mean is scored on the states both held out, and each
-    member's memory adds its own."""
+    """Member i holds out the split of seed i, as the single run of that seed does; the mean
+    is scored on the states both held out, and each member's memory adds its own."""
     _, out = ensemble
     data = memorised()
     reports = [json.loads((out / f"members/{i}/training.json").read_text()) for i in (0, 1)]
@@ -141,27 +140,7 @@ def test_members_hold_out_the_splits_of_their_own_seeds(ensemble) -> None:
     assert len(held[0] | held[1]) > 60  # together the members trained on more states
 
 
-def test_ensemble_temperature_recalibrates_the_mean_on_one_shared_split(
-    backbone_dir, tmp_path
-) -> None:
-    cfg = config(epochs=1, ensemble=2, shared_split=1.0, memory=False, ensemble_temperature=True)
-    Trainer(cfg, backbone=str(backbone_dir)).fit(memorised(), tmp_path)
-    calibration = json.loads((tmp_path / "config.json").read_text())["calibration"]
-    assert "(60 answers held out by every member)" in calibration["source"]
-    assert "choice/b2" in calibration["temperatures"]
-    reports = [json.loads((tmp_path / f"members/{i}/training.json").read_text()) for i in (0, 1)]
-    assert [r["config"]["shared_split"] for r in reports] == [1.0, 1.0]
-    engine = DecisionEngine.from_pretrained(tmp_path, device="cpu")
-    members = [DecisionEngine.from_pretrained(tmp_path / f"members/{i}") for i in (0, 1)]
-    texts = [ex.state for ex in memorised(n=12, seed=1).examples]
-    mean = sum(route_probabilities(m, texts) for m in members) / 2
-    temperature = engine.calibrator.temperature("choice", 3)
-    assert temperature != 1.0
-    expected = torch.softmax(mean.log() / temperature, dim=-1)
-    torch.testing.assert_close(route_probabilities(engine, texts), expected, atol=1e-9, rtol=0)
-
-
-def test_calibrate_aligns_the_members_rows_by_state() -> None:
+def test_the_mean_is_scored_on_the_rows_every_member_held_out() -> None:
     """Members that held out different states: only the rows both held out count, matched
     by (question, example index) whatever their position."""
     data = memorised(n=30)
@@ -174,25 +153,19 @@ def test_calibrate_aligns_the_members_rows_by_state() -> None:
     other_labels = torch.cat([labels[4:], (labels[:4] + 1) % 3])  # rows 8..11: not member 0's
     held = [{fp: (probs[0], labels)}, {fp: (other, other_labels)}]
     members = [TrainResult(None, [], 1, {}, 0.0) for _ in held]  # type: ignore[arg-type]
-    aligned, validation = _calibrate(held, data, members, keys=[{fp: k} for k in keys])
-    expected, expected_validation = _calibrate(
+    _, validation = _score_mean(held, data, members, keys=[{fp: k} for k in keys])
+    _, expected_validation = _score_mean(
         [{fp: (probs[0][4:], labels[4:])}, {fp: (probs[1][4:], labels[4:])}], data, members
     )
-    assert aligned.to_dict() | {"source": ""} == expected.to_dict() | {"source": ""}
-    assert validation == expected_validation
-    assert "(4 answers held out by every member)" in aligned.source
+    assert validation == expected_validation and validation["answers"] == 4.0
     with pytest.raises(RuntimeError, match="member 1 held out 8 answers, not the 7 of its split"):
-        _calibrate(held, data, members, keys=[{fp: keys[0]}, {fp: keys[1][:7]}])
+        _score_mean(held, data, members, keys=[{fp: keys[0]}, {fp: keys[1][:7]}])
     assert _row_keys(data, [3, 1])[fp] == [("route", 3), ("route", 1)]
-    # Members that held out no state in common: no temperature can be fitted, and without
-    # ensemble_temperature none is needed (the identity, no validation metrics).
+    # Members that held out no state in common: the identity and no validation metrics.
     apart = [{fp: (probs[0][:4], labels[:4])}, {fp: (probs[1][4:], labels[4:])}]
     apart_keys = [{fp: keys[0][:4]}, {fp: keys[1][4:]}]
-    with pytest.raises(RuntimeError, match="held out no state in common"):
-        _calibrate(apart, data, members, keys=apart_keys)
-    identity, nothing = _calibrate(apart, data, members, keys=apart_keys, fit=False)
+    identity, nothing = _score_mean(apart, data, members, keys=apart_keys)
     assert identity.temperatures == {} and nothing == {}
-    assert "ensemble_temperature off" in identity.source
 
 
 def test_ensemble_round_trips_moves_and_quantizes(ensemble, tmp_path) -> None:
@@ -268,29 +241,11 @@ def test_resume_keeps_a_finished_member_of_the_same_recipe(backbone_dir, tmp_pat
     assert isinstance(DecisionEngine.from_pretrained(tmp_path).head, EnsembleHead)
 
 
-def test_a_question_without_held_out_states_is_refused_before_training(backbone_dir, tmp_path):
-    data = memorised(n=48)
-    # Two states answer "human", one per label: both stay in the training split.
-    data.questions["human"] = QUESTIONS["human"]
-    data.examples[0].labels["human"], data.examples[1].labels["human"] = 0, 1
-    cfg = config(epochs=1, ensemble=2, ensemble_temperature=True)
-    trainer = Trainer(cfg, backbone=str(backbone_dir))
-    with pytest.raises(
-        TrainingDataError, match="question 'human' has no states that every member holds out"
-    ):
-        trainer.fit(data, tmp_path)
-    assert not (tmp_path / "members").exists()
-
-
 def test_bad_ensemble_configs_and_model_dirs(ensemble, backbone_dir, tmp_path) -> None:
     with pytest.raises(ValueError, match="ensemble must be at least 1; got 0"):
         TrainConfig(ensemble=0).check()
-    with pytest.raises(ValueError, match="needs val_fraction > 0 and no refit"):
+    with pytest.raises(ValueError, match="states they hold out; it needs val_fraction > 0"):
         TrainConfig(ensemble=2, val_fraction=0).check()
-    with pytest.raises(ValueError, match="needs val_fraction > 0 and no refit"):
-        TrainConfig(ensemble=2, refit=True).check()
-    with pytest.raises(ValueError, match="mean of an ensemble; it needs ensemble > 1"):
-        TrainConfig(ensemble_temperature=True).check()
     _, out = ensemble
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)

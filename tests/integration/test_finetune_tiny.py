@@ -6,6 +6,7 @@ import json
 import random
 import shutil
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -410,12 +411,13 @@ def test_memory_max_states_samples_the_training_states(backbone_dir, tmp_path) -
     assert [len(m) for m in trainer.memory.questions.values()] == [100]
 
 
-def test_memory_add_validation_adds_the_held_out_states_after_the_fit(
-    backbone_dir, tmp_path
-) -> None:
+def test_the_validation_states_join_the_memory_after_the_fit(backbone_dir, tmp_path) -> None:
+    class TrainingStatesOnly(Trainer):  # how a probe keeps the validation states out
+        ADD_VALIDATION_TO_MEMORY = False
+
     runs = {}
-    for add in (False, True):
-        trainer = Trainer(config(epochs=1, memory_add_validation=add), backbone=str(backbone_dir))
+    for add, kind in ((False, TrainingStatesOnly), (True, Trainer)):
+        trainer = kind(config(epochs=1), backbone=str(backbone_dir))
         runs[add] = trainer, trainer.fit(memorised(), tmp_path / str(add))
     (off, off_result), (on, on_result) = runs[False], runs[True]
     settings = ("k", "tau", "lam", "temperature", "nll_memory", "states", "held_out")
@@ -518,8 +520,6 @@ def test_bad_configs_and_missing_peft(backbone_dir, tmp_path, monkeypatch) -> No
         TrainConfig(lora_rank=300).check()
     with pytest.raises(ValueError, match="epochs"):
         Trainer(TrainConfig(epochs=0))
-    with pytest.raises(ValueError, match="bank_init must be 'text' or 'examples'; got 'mean'"):
-        TrainConfig(bank_init="mean").check()
     with pytest.raises(ValueError, match="head must be one of option_evidence, prototype"):
         TrainConfig(head="linear").check()
     with pytest.raises(ValueError, match="contrastive_steps trains the LoRA adapters"):
@@ -533,25 +533,6 @@ def test_bad_configs_and_missing_peft(backbone_dir, tmp_path, monkeypatch) -> No
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(MissingDependencyError, match=r"pip install 'clef-agents\[train\]'"):
         Trainer(config(), backbone=str(backbone_dir)).fit(dataset(n=6), tmp_path)
-
-
-def test_bank_from_examples_starts_at_the_class_centroids(backbone_dir) -> None:
-    data = dataset(n=24)
-    from_text = Trainer(config(), backbone=str(backbone_dir))
-    from_text.build(data)
-    trainer = Trainer(config(bank_init="examples"), backbone=str(backbone_dir))
-    trainer.build(data)
-    bank = trainer.head.bank[trainer.fps["route"]].detach()
-    own = from_text.head.bank[from_text.fps["route"]].detach()  # the option texts' vectors
-    for k in range(3):
-        states = [ex.state for ex in data.examples if ex.labels["route"] == k]
-        pooled = trainer.backbone.encode(states).pooled.float()
-        mean = (own[k] + pooled.sum(0)) / (1 + len(states))
-        assert torch.allclose(bank[k], torch.nn.functional.normalize(mean, dim=-1), atol=1e-5)
-    assert not torch.allclose(bank, own, atol=1e-3)
-    # Score levels keep their texts' vectors: a mean over states would lose the order.
-    levels = trainer.head.bank[trainer.fps["urgency"]].detach()
-    assert torch.equal(levels, from_text.head.bank[from_text.fps["urgency"]].detach())
 
 
 def test_rl_stage_runs_with_partial_credit(backbone_dir, tmp_path) -> None:
@@ -835,148 +816,6 @@ def test_unlabelled_states_need_the_prototype_head(backbone_dir, tmp_path) -> No
         TrainConfig(pseudo_per_label=5).check()
 
 
-def test_ema_keeps_the_moving_average_of_the_trained_weights(backbone_dir, tmp_path, monkeypatch):
-    decay = 0.6
-    seen: list[dict[str, torch.Tensor]] = []
-    start: dict[str, torch.Tensor] = {}
-    original = Trainer._average
-
-    def spy(self, params, step):
-        if not start:
-            start.update({n: v.clone() for n, v in self._ema.items()})
-        seen.append({n: p.detach().clone() for n, p in params.items()})
-        return original(self, params, step)
-
-    monkeypatch.setattr(Trainer, "_average", spy)
-    cfg = config(epochs=1, val_fraction=0.0, ema_decay=decay)
-    trainer = Trainer(cfg, backbone=str(backbone_dir))
-    trainer.fit(dataset(n=24), tmp_path)
-    assert len(seen) == 3  # 24 states, batches of 8: one update per optimizer step
-    expected = dict(start)
-    for t, weights in enumerate(seen, start=1):
-        d = min(decay, (1 + t) / (10 + t))
-        expected = {n: d * expected[n] + (1 - d) * weights[n] for n in expected}
-    kept = {n: p.detach() for n, p in trainer._trainable().items()}
-    assert set(kept) == set(expected) and any(n.startswith("lora.") for n in kept)
-    for n in kept:
-        assert torch.allclose(kept[n], expected[n], atol=1e-6), n
-    # The model kept the average, not the last weights of the run.
-    assert any(not torch.allclose(kept[n], seen[-1][n], atol=1e-4) for n in kept)
-    engine = DecisionEngine.from_pretrained(tmp_path, device="cpu")
-    probs = engine.decide("refund", {"r": QUESTIONS["route"]}).answers["r"].probabilities
-    assert sum(probs.values()) == pytest.approx(1.0)
-
-
-def test_ema_resumes_from_the_checkpointed_average(backbone_dir, tmp_path, monkeypatch) -> None:
-    data = dataset(n=12)
-    original = interrupt_at_second_evaluation(monkeypatch)
-    cfg = config(epochs=2, ema_decay=0.5)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(cfg, backbone=str(backbone_dir)).fit(data, tmp_path)
-    from safetensors.torch import load_file
-
-    saved = load_file(str(tmp_path / "checkpoint" / "state.safetensors"))
-    averaged = {k[len("ema.") :]: v for k, v in saved.items() if k.startswith("ema.")}
-    assert averaged and set(averaged) == {
-        k[len("current.") :] for k in saved if k.startswith("current.")
-    }
-    monkeypatch.setattr(Trainer, "evaluate", original)
-    resumed = Trainer(cfg, backbone=str(backbone_dir))
-    loaded: dict[str, torch.Tensor] = {}
-    real_average = Trainer._average
-
-    def first(self, params, step):
-        if not loaded:
-            loaded.update({n: v.clone() for n, v in self._ema.items()})
-        return real_average(self, params, step)
-
-    monkeypatch.setattr(Trainer, "_average", first)
-    result = resumed.fit(data, tmp_path, resume=True)
-    assert [h["epoch"] for h in result.history] == [1, 2]
-    for n, v in averaged.items():  # epoch 2 started from the checkpointed average
-        assert torch.equal(loaded[n].cpu(), v), n
-
-
-def test_rdrop_runs_each_state_twice_and_adds_the_kl_term(backbone_dir, tmp_path, monkeypatch):
-    import clef_engine.train.trainer as trainer_module
-
-    batches: list[list[str]] = []
-    kl_terms: list[float] = []
-    features, kl = Trainer.features, trainer_module.symmetric_kl
-
-    def seen_features(self, texts):
-        batches.append(list(texts))
-        return features(self, texts)
-
-    def seen_kl(a, b):
-        value = kl(a, b)
-        kl_terms.append(float(value.detach()))
-        return value
-
-    monkeypatch.setattr(Trainer, "features", seen_features)
-    monkeypatch.setattr(trainer_module, "symmetric_kl", seen_kl)
-    cfg = config(epochs=1, val_fraction=0.0, rdrop_weight=1.0)
-    result = Trainer(cfg, backbone=str(backbone_dir)).fit(dataset(n=16), tmp_path)
-    training = [b for b in batches if len(b) == 16]  # 2 batches of 8 states, each doubled
-    assert len(training) == 2
-    for texts in training:
-        assert texts[:8] == texts[8:]
-    # One KL term per question and step, in question order. Two dropout draws make the
-    # route question's positive (the tiny vocabulary gives yes/no the same vector at first,
-    # so that question's two predictions can both be uniform).
-    assert len(kl_terms) == 2 * len(QUESTIONS)
-    assert all(t >= 0 for t in kl_terms)
-    assert all(t > 1e-4 for t in kl_terms[:: len(QUESTIONS)]), kl_terms
-    assert result.history[0]["train_loss"] > 0
-    with pytest.raises(ValueError, match="rdrop_weight must be non-negative; got -1"):
-        TrainConfig(rdrop_weight=-1).check()
-    with pytest.raises(ValueError, match=r"ema_decay must be in \[0, 1\); got 1.0"):
-        TrainConfig(ema_decay=1.0).check()
-    with pytest.raises(ValueError, match="head='prototype' runs none"):
-        TrainConfig(head="prototype", contrastive_steps=5, ema_decay=0.9).check()
-
-
-def test_contrastive_weight_adds_a_term_per_question_on_the_batch_pooled_vectors(
-    backbone_dir, tmp_path, monkeypatch
-):
-    import clef_engine.train.trainer as trainer_module
-
-    calls: list[tuple[torch.Tensor, list[int], float, float]] = []
-    loss = trainer_module.supervised_contrastive_loss
-
-    def seen(z, labels, temperature):
-        value = loss(z, labels, temperature)
-        calls.append((z, labels.tolist(), temperature, float(value.detach())))
-        return value
-
-    monkeypatch.setattr(trainer_module, "supervised_contrastive_loss", seen)
-    data = dataset(n=16)
-    off = Trainer(config(epochs=1, val_fraction=0.0), backbone=str(backbone_dir))
-    off.fit(data, tmp_path / "off")
-    assert calls == []  # weight 0: no term, no extra work
-
-    cfg = config(epochs=1, val_fraction=0.0, contrastive_weight=0.5, contrastive_temperature=0.2)
-    on = Trainer(cfg, backbone=str(backbone_dir))
-    on.fit(data, tmp_path / "on")
-    # 2 steps of 8 states, every question asked of every state: one term per question and
-    # step, on the 8 normalised pooled vectors the step computed, with the graph to the
-    # adapters kept (the term trains them).
-    assert len(calls) == 2 * len(QUESTIONS)
-    for z, _, temperature, value in calls:
-        assert z.shape == (8, on.backbone.hidden_size) and z.requires_grad
-        assert torch.allclose(z.detach().norm(dim=-1), torch.ones(8), atol=1e-5)
-        assert temperature == 0.2 and value > 0
-    routes = sorted(label for z, labels, _, _ in calls[:: len(QUESTIONS)] for label in labels)
-    assert routes == sorted(ex.labels["route"] for ex in data.examples)
-
-    with pytest.raises(ValueError, match="contrastive_weight must be non-negative; got -1"):
-        TrainConfig(contrastive_weight=-1).check()
-    with pytest.raises(ValueError, match="it needs lora_rank > 0"):
-        TrainConfig(contrastive_weight=0.5, lora_rank=0).check()
-    with pytest.raises(ValueError, match="head='prototype' runs none"):
-        TrainConfig(head="prototype", contrastive_weight=0.5).check()
-
-
 def test_attaching_lora_raises_no_peft_deprecation_warning(backbone_dir) -> None:
     import warnings
 
@@ -987,120 +826,20 @@ def test_attaching_lora_raises_no_peft_deprecation_warning(backbone_dir) -> None
     assert any("lora_" in n for n, _ in trainer.model.named_parameters())
 
 
-def count_batches(monkeypatch) -> list[int]:
-    """Record the state count of every epoch's ``_batches`` call (one call per epoch)."""
-    import clef_engine.train.trainer as trainer_module
-
-    sizes: list[int] = []
-    real = trainer_module._batches
-
-    def spy(n, *args, **kwargs):
-        sizes.append(n)
-        return real(n, *args, **kwargs)
-
-    monkeypatch.setattr(trainer_module, "_batches", spy)
-    return sizes
-
-
-def test_refit_trains_again_on_every_state_with_the_selection_calibration(
-    backbone_dir, tmp_path, monkeypatch
-) -> None:
-    data = dataset(n=40)  # val_fraction 0.25: 30 states train, 10 validate
-    plain = Trainer(config(), backbone=str(backbone_dir)).fit(data, tmp_path / "plain")
-    sizes = count_batches(monkeypatch)
-    refit = Trainer(config(refit=True), backbone=str(backbone_dir)).fit(data, tmp_path / "refit")
-    # The selection run is the plain run (same seed); then the kept epochs on all 40 states.
-    assert refit.best_epoch == plain.best_epoch == 3
-    assert sizes == [30, 30, 30, 40, 40, 40]
-    assert [h["epoch"] for h in refit.history] == [1, 2, 3, 1, 2, 3]
-    assert [h.get("refit") for h in refit.history] == [None, None, None, 1.0, 1.0, 1.0]
-    assert refit.history[:3] == plain.history
-    assert refit.validation == plain.validation
-    cal = {
-        run: json.loads((tmp_path / run / "config.json").read_text())["calibration"]
-        for run in ("plain", "refit")
-    }
-    assert cal["refit"]["temperatures"] == cal["plain"]["temperatures"]
-    assert cal["refit"]["source"].endswith(", model before the refit")
-    assert json.loads((tmp_path / "refit" / "training.json").read_text())["config"]["refit"]
-    # A different model: the refit saw the validation states too.
-    from safetensors.torch import load_file
-
-    heads = {run: load_file(str(tmp_path / run / "head.safetensors")) for run in cal}
-    assert set(heads["plain"]) == set(heads["refit"])
-    assert any(not torch.equal(heads["plain"][k], heads["refit"][k]) for k in heads["plain"])
-    engine = DecisionEngine.from_pretrained(tmp_path / "refit", device="cpu")
-    probs = engine.decide("refund", {"r": QUESTIONS["route"]}).answers["r"].probabilities
-    assert sum(probs.values()) == pytest.approx(1.0)
-
-
-def test_refit_repeats_only_the_kept_epochs(backbone_dir, tmp_path, monkeypatch) -> None:
-    scripted = iter([0.90, 0.50, 0.40])  # epoch 1 kept; patience 2 stops after epoch 3
-    original = Trainer.evaluate
-
-    def scored(self, *args, **kwargs):
-        metrics, *rest = original(self, *args, **kwargs)
-        return ({**metrics, "accuracy": next(scripted, metrics["accuracy"])}, *rest)
-
-    monkeypatch.setattr(Trainer, "evaluate", scored)
-    sizes = count_batches(monkeypatch)
-    cfg = config(epochs=6, refit=True)
-    result = Trainer(cfg, backbone=str(backbone_dir)).fit(dataset(n=40), tmp_path)
-    assert result.best_epoch == 1
-    assert sizes == [30, 30, 30, 40]
-
-
-def test_refit_resumes_without_repeating_the_selection_run(
-    backbone_dir, tmp_path, monkeypatch
-) -> None:
-    import clef_engine.train.trainer as trainer_module
-
-    data = dataset(n=40)
-    sizes = count_batches(monkeypatch)
-    spied = trainer_module._batches
-
-    def interrupt_second_refit_epoch(n, *args, **kwargs):
-        if sizes.count(40) == 1 and n == 40:  # the refit's first epoch is checkpointed
-            raise KeyboardInterrupt
-        return spied(n, *args, **kwargs)
-
-    monkeypatch.setattr(trainer_module, "_batches", interrupt_second_refit_epoch)
-    cfg = config(epochs=2, refit=True)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(cfg, backbone=str(backbone_dir)).fit(data, tmp_path)
-    assert sizes == [30, 30, 40]
-    assert (tmp_path / "checkpoint" / "selection.json").is_file()
-    assert json.loads((tmp_path / "checkpoint" / "refit" / "meta.json").read_text())["epoch"] == 1
-    monkeypatch.setattr(trainer_module, "_batches", spied)
-    result = Trainer(cfg, backbone=str(backbone_dir)).fit(data, tmp_path, resume=True)
-    assert sizes == [30, 30, 40, 40]  # only the refit's second epoch ran again
-    assert [(h["epoch"], h.get("refit")) for h in result.history] == [
-        (1, None),
-        (2, None),
-        (1, 1.0),
-        (2, 1.0),
-    ]
-    assert result.best_epoch == 2
-    assert "calibration" in json.loads((tmp_path / "config.json").read_text())
-    assert not (tmp_path / "checkpoint").exists()
-
-
-def test_refit_refuses_configs_it_cannot_serve() -> None:
-    with pytest.raises(ValueError, match="it needs val_fraction > 0"):
-        TrainConfig(refit=True, val_fraction=0.0).check()
-    with pytest.raises(ValueError, match="does not support head='prototype'"):
-        TrainConfig(refit=True, head="prototype").check()
-    with pytest.raises(ValueError, match=r"the RL stage \(rl_epochs > 0\)"):
-        TrainConfig(refit=True, rl_epochs=1).check()
-
-
 @pytest.mark.parametrize("ratio", [1.0, 4.0])
-def test_lora_plus_moves_the_b_matrices_ratio_times_faster(backbone_dir, tmp_path, ratio) -> None:
-    # One optimizer step (24 states, one batch, no warm-up left): Adam's first update moves
+def test_param_groups_hook_sets_the_b_matrices_rate(backbone_dir, tmp_path, ratio) -> None:
+    # How a probe (LoRA+, benchmarks/probe_trainer.py) changes the optimizer's groups. One
+    # optimizer step (24 states, one batch, no warm-up left): Adam's first update moves
     # every weight with a gradient by its learning rate, so the B matrices (zero at the
     # start) end at most lr * ratio from zero, and the A matrices have not moved yet.
-    cfg = config(epochs=1, val_fraction=0.0, batch_size=24, weight_decay=0.0, lora_plus_ratio=ratio)
-    trainer = Trainer(cfg, backbone=str(backbone_dir))
+    class FasterB(Trainer):
+        def _param_groups(self, params):
+            groups = super()._param_groups(params)
+            groups[2]["lr"] = self.config.lr * ratio
+            return groups
+
+    cfg = config(epochs=1, val_fraction=0.0, batch_size=24, weight_decay=0.0)
+    trainer = FasterB(cfg, backbone=str(backbone_dir))
     trainer.fit(dataset(n=24), tmp_path)
     start = Trainer(cfg, backbone=str(backbone_dir))
     start.build(dataset(n=24))
@@ -1115,7 +854,13 @@ def test_lora_plus_moves_the_b_matrices_ratio_times_faster(backbone_dir, tmp_pat
 
 
 def test_dora_adapters_train_and_merge_into_the_loaded_engine(backbone_dir, tmp_path) -> None:
-    trainer = Trainer(config(epochs=2, use_dora=True), backbone=str(backbone_dir))
+    # DoRA is a probe (benchmarks/probe_trainer.py), through the _lora_options hook; model
+    # dirs trained with it load as before.
+    class DoRA(Trainer):
+        def _lora_options(self):
+            return {**super()._lora_options(), "use_dora": True}
+
+    trainer = DoRA(config(epochs=2), backbone=str(backbone_dir))
     trainer.fit(dataset(n=40), tmp_path)
     adapter = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert adapter["use_dora"] is True
@@ -1125,8 +870,6 @@ def test_dora_adapters_train_and_merge_into_the_loaded_engine(backbone_dir, tmp_
     magnitudes = [k for k in weights if k.endswith("lora_magnitude_vector")]
     assert magnitudes and len(magnitudes) == sum(k.endswith("lora_A.weight") for k in weights)
     assert_engine_answers_as_the_trainer(trainer, tmp_path)
-    with pytest.raises(ValueError, match="use_dora adapts the backbone; it needs lora_rank > 0"):
-        TrainConfig(use_dora=True, lora_rank=0).check()
 
 
 def test_the_epochs_follow_transformers_linear_schedule(backbone_dir, tmp_path, monkeypatch):
@@ -1157,3 +900,92 @@ def test_the_epochs_follow_transformers_linear_schedule(backbone_dir, tmp_path, 
         [round(r / base, 6) for r, base in zip(rates, (cfg.head_lr, cfg.lr, cfg.lr))]
         for rates in used
     ] == [[f] * 3 for f in shape]
+
+
+def test_a_subclass_changes_the_head_the_bank_and_the_loss(backbone_dir, tmp_path) -> None:
+    """The protected steps a probe overrides (benchmarks/probe_trainer.py) are the ones the
+    run uses: the head's architecture, the option bank's start and each step's loss."""
+    from clef_engine.train.losses import decision_loss
+
+    losses: list[float] = []
+
+    class Probe(Trainer):
+        GROUP_BY_LENGTH = False
+
+        def _head_config(self):
+            return replace(super()._head_config(), evidence=False)
+
+        def _bank_vectors(self, train, qid):
+            return torch.nn.functional.normalize(-super()._bank_vectors(train, qid), dim=-1)
+
+        def _batch_loss(self, train, batch):
+            loss = super()._batch_loss(train, batch)
+            losses.append(float(loss.detach()))
+            return loss * 0.0  # nothing trains
+
+    data = dataset(n=24)
+    plain = Trainer(config(), backbone=str(backbone_dir))
+    plain.build(data)
+    cfg = config(epochs=1, val_fraction=0.0, memory=False, weight_decay=0.0)
+    probe = Probe(cfg, backbone=str(backbone_dir))
+    probe.fit(data, tmp_path)
+    assert probe.head.config.evidence is False and plain.head.config.evidence is True
+    fp = probe.fps["route"]
+    expected = torch.nn.functional.normalize(-plain.head.bank[fp].detach(), dim=-1)
+    torch.testing.assert_close(probe.head.bank[fp].detach().cpu(), expected.cpu())
+    assert len(losses) == 3 and all(loss > 0 for loss in losses)  # 24 states, batches of 8
+    # The library's loss of one batch: every question's decision loss by its share.
+    batch = list(range(8))
+    tokens, mask, pooled = plain.features([data.examples[i].state for i in batch])
+    cfg = plain.config
+    expected_loss = sum(
+        decision_loss(
+            logits,
+            target,
+            str(data.questions[qid].type),
+            label_smoothing=cfg.label_smoothing,
+            brier_weight=cfg.brier_weight,
+            ordinal_weight=cfg.ordinal_weight,
+        )
+        * (len(target) / len(batch))
+        for qid, logits, target in plain._question_logits(data, batch, tokens, mask, pooled)
+    )
+    plain.model.eval()
+    plain.head.eval()
+    torch.testing.assert_close(plain._batch_loss(data, batch), expected_loss)
+
+
+def test_model_dirs_of_earlier_versions_load_and_their_config_reads(trained, tmp_path) -> None:
+    """training.json of a version with the options since removed (refit, DoRA, R-Drop...)."""
+    _, _, out = trained
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    report = json.loads((old / "training.json").read_text())
+    removed = {
+        "rdrop_weight": 0.0,
+        "ema_decay": 0.0,
+        "use_dora": False,
+        "lora_plus_ratio": 1.0,
+        "refit": False,
+        "bank_init": "text",
+        "contrastive_weight": 0.0,
+        "shared_split": None,
+        "split_seed": None,
+        "ensemble_temperature": False,
+        "evidence": True,
+        "option_bank": True,
+        "group_by_length": True,
+        "memory_add_validation": True,
+    }
+    report["config"].update(removed)
+    (old / "training.json").write_text(json.dumps(report))
+    config_again = TrainConfig.from_dict(report["config"])
+    config_again.check()
+    assert config_again == TrainConfig.from_dict(
+        json.loads((out / "training.json").read_text())["config"]
+    )
+    assert not hasattr(config_again, "rdrop_weight")
+    state = dataset(n=1, seed=5).examples[0].state
+    answers = DecisionEngine.from_pretrained(old, device="cpu").decide(state, dict(QUESTIONS))
+    expected = DecisionEngine.from_pretrained(out, device="cpu").decide(state, dict(QUESTIONS))
+    assert answers.to_wire()["answers"] == expected.to_wire()["answers"]

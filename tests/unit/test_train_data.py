@@ -7,7 +7,6 @@ import json
 import pytest
 
 from clef_engine.errors import InvalidRequestError
-from clef_engine.train.config import TrainConfig
 from clef_engine.train.data import (
     TrainingDataError,
     load_eval_data,
@@ -126,12 +125,6 @@ def test_a_split_sharing_part_of_another_seeds_split(tmp_path) -> None:
         assert len(mine) == 20 and 10 <= len(set(mine) & set(theirs)) < 20
     with pytest.raises(ValueError, match=r"shared must be in \[0, 1\]; got 1.5"):
         split_indices(data, 0.2, seed=3, base_seed=0, shared=1.5)
-    with pytest.raises(ValueError, match=r"shared_split must be in \[0, 1\]; got -0.1"):
-        TrainConfig(shared_split=-0.1).check()
-    with pytest.raises(ValueError, match="it needs ensemble > 1 or a split_seed"):
-        TrainConfig(shared_split=0.5).check()
-    TrainConfig(shared_split=0.5, ensemble=2).check()
-    TrainConfig(shared_split=0.5, split_seed=0).check()  # as an ensemble's member 0 has
 
 
 def test_length_grouped_batches_hold_every_state_once_and_pad_less() -> None:
