@@ -47,8 +47,16 @@ _ROLE_WORDS = {
     "button": ("button", "btn", "click", "press", "tap", "submit"),
     "field": ("field", "input", "textbox", "box", "bar", "type", "enter", "fill"),
     "heading": ("heading", "title", "headline", "header"),
+    "checkbox": ("checkbox", "check", "tick", "checkmark", "radio", "toggle", "option"),
 }
-_ROLE_TEXT = {"button": "button", "field": "input field", "heading": "heading", "text": ""}
+_ROLE_TEXT = {
+    "button": "button",
+    "field": "input field",
+    "heading": "heading",
+    "checkbox": "checkbox",
+    "text": "",
+}
+_CONTROLS = ("button", "field", "checkbox")
 _STOP = {
     "the", "a", "an", "to", "of", "on", "in", "for", "and", "or", "with", "where", "that",
     "this", "page", "element", "area", "link", "which", "you", "can", "is", "it", "at", "your",
@@ -65,7 +73,10 @@ def words(text: str) -> list[str]:
 def wanted_roles(instructions: str) -> set[str]:
     """Roles the instructions ask for (``"the search field"`` → ``{"field"}``)."""
     tokens = set(words(instructions))
-    return {role for role, keys in _ROLE_WORDS.items() if tokens & set(keys)}
+    roles = {role for role, keys in _ROLE_WORDS.items() if tokens & set(keys)}
+    if "checkbox" in roles:
+        roles.discard("field")  # "the terms check box"
+    return roles
 
 
 def _matches(word: str, have: list[str], joined: str) -> bool:
@@ -115,10 +126,11 @@ def candidate_logits(
     cosine = vectors[1:] @ vectors[0]
     lexical = torch.tensor([lexical_overlap(instructions, _words_of(e)) for e in elements])
     roles = wanted_roles(instructions)
-    clash = {"button": "field", "field": "button"}
+    # Asked for one kind of control, another kind counts against a candidate.
+    asked = roles & set(_CONTROLS)
     role = torch.tensor(
         [
-            1.0 if e.role in roles else -1.0 if any(clash.get(r) == e.role for r in roles) else 0.0
+            1.0 if e.role in roles else -1.0 if asked and e.role in _CONTROLS else 0.0
             for e in elements
         ]
     )

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from clef_engine.backbones.vision.controls import Control, find_controls
 from clef_engine.backbones.vision.ocr import OcrLine
 
 Box4 = tuple[float, float, float, float]
@@ -35,20 +36,23 @@ _TOLERANCE = 48
 _HEADING_RATIO = 1.35
 """A line this many times taller than the median line is a heading."""
 _INLINE_CHARS = 600
+_BOX_GLYPHS = "■□☐☑☒▢▣口回 "
+"""What the recogniser reads a checkbox in front of its label as."""
 
 
 @dataclass(frozen=True)
 class Element:
-    """One text element of an image.
+    """One element of an image: a line of text, or a control found from the pixels.
 
     Attributes:
-        text: The recognised text.
-        box: The text's box ``(left, top, right, bottom)`` in image pixels.
-        region: The element's box: the button or field rectangle around the text, or
-            the text box itself.
-        role: ``heading``, ``button``, ``field`` or ``text``. A label with an empty
-            input box right below it is a ``field`` whose region is that box.
-        score: OCR confidence.
+        text: The recognised text; empty for a control without text (an empty input, a
+            checkbox), which is named by its ``label``.
+        box: The text's box ``(left, top, right, bottom)`` in image pixels (the control's
+            rectangle for a control without text).
+        region: The element's box: the button or field rectangle around the text, the
+            control itself, or the text box.
+        role: ``heading``, ``button``, ``field``, ``checkbox`` or ``text``.
+        score: OCR confidence (1.0 for a control without text).
     """
 
     text: str
@@ -58,7 +62,7 @@ class Element:
     score: float = 1.0
     label: str | None = None
     """For a field: the text that labels it (above it, or left of it on its row), and the
-    text of a button right after it on its row."""
+    text of a button right after it on its row. For a checkbox: the text right of it."""
 
     @property
     def center(self) -> tuple[float, float]:
@@ -91,10 +95,17 @@ class ImageEvidence:
         head = f"[{label} {self.width}x{self.height}]"
         if not self.elements:
             return f"{head}\n(no text found in the image)"
-        lines = [head, *(e.text for e in self.elements)]
+        lines = [head, *(e.text for e in self.elements if e.text)]
         summary = []
-        for role, name in (("heading", "headings"), ("button", "buttons"), ("field", "fields")):
-            texts = [e.text for e in self.elements if e.role == role]
+        roles = (
+            ("heading", "headings"),
+            ("button", "buttons"),
+            ("field", "fields"),
+            ("checkbox", "checkboxes"),
+        )
+        for role, name in roles:
+            texts = [e.text or e.label or "" for e in self.elements if e.role == role]
+            texts = [t for t in texts if t]
             if texts:
                 summary.append(f"{name}: " + ", ".join(texts[:12]))
         if summary:
@@ -103,7 +114,7 @@ class ImageEvidence:
 
     def inline(self) -> str:
         """A one-line rendering for placeholders inside instructions or criteria."""
-        joined = " / ".join(e.text for e in self.elements) or "no text"
+        joined = " / ".join(e.text for e in self.elements if e.text) or "no text"
         if len(joined) > _INLINE_CHARS:
             joined = joined[: _INLINE_CHARS - 1] + "…"
         return f"[image: {joined}]"
@@ -217,88 +228,61 @@ def _role(box: Box4, rect: tuple[int, int, int, int] | None, page_width: int) ->
     return "button"
 
 
-def _empty_box_below(
-    array: np.ndarray, box: tuple[int, int, int, int]
-) -> tuple[int, int, int, int] | None:
-    """An empty bordered (or filled) box starting just below a label, if there is one."""
-    height, width = array.shape[:2]
-    left, top, right, bottom = box
-    text_h = bottom - top
-    x0 = max(0, left - 2)
-    x1 = min(width, x0 + max(3 * (right - left), 160))
-    fill = _fill_colour(array, box)
-    last_start = bottom + int(1.5 * text_h) + 4  # the box's top edge starts above this row
-    # Only rows from the label's bottom to the deepest row a box may reach are looked at.
-    seg = array[bottom : min(height, last_start + 5 * text_h), x0:x1]
-    differs = 1.0 - _close(seg, fill).mean(axis=1)
-    start = None
-    for y in range(bottom, min(height, last_start)):
-        if differs[y - bottom] > 0.85:
-            start = y
-            break
-    if start is None:
-        return None
-    # Inside the box: the colour a few pixels below its top edge, away from the corner.
-    probe_y = min(height - 1, start + 3)
-    inner = array[probe_y, min(width - 1, x0 + 8)].astype(np.int32)
-    inside = _close(seg, inner).mean(axis=1)
-    end = None
-    for y in range(probe_y, min(height, start + 5 * text_h)):
-        if inside[y - bottom] < _EDGE:
-            end = y
-            break
-    if end is None or end - start < 0.8 * text_h:
-        return None
-    mid = (start + end) // 2
-    row = _close(array[mid], inner)
-    a = x0 + 8
-    while a > 0 and row[a - 1]:
-        a -= 1
-    b = x0 + 8
-    while b < width - 1 and row[b + 1]:
-        b += 1
-    if b - a < 1.5 * (right - left) or b - a > 0.7 * width or row[a:b].mean() < 0.9:
-        return None
-    return (max(0, a - 1), start, min(width, b + 2), end + 1)
+def _label_of(element: Element, elements: Sequence[Element]) -> str | None:
+    """The text that labels a field (above it, or left on its row) or a checkbox (right of
+    it on its row, else left)."""
+    left, top, right, bottom = element.region
+    best: tuple[float, str] | None = None
+    for other in elements:
+        if other is element or other.role in ("button", "field", "checkbox") or not other.text:
+            continue
+        if len(other.text) > 40 or len(other.text.split()) > 5:
+            continue  # prose, not a label
+        o_left, o_top, o_right, o_bottom = other.box
+        o_h = o_bottom - o_top
+        cy = (o_top + o_bottom) / 2.0
+        on_row = top - 0.3 * o_h <= cy <= bottom + 0.3 * o_h
+        gap: float | None = None
+        if element.role == "checkbox":
+            if on_row and 0 <= o_left - right <= 4 * o_h:
+                gap = o_left - right
+            elif on_row and 0 <= left - o_right <= 2 * o_h:
+                gap = 2 * (left - o_right) + 1.0
+        else:
+            above = -0.5 * o_h <= top - o_bottom <= 2.0 * o_h and o_left < right and o_right > left
+            beside = top <= cy <= bottom and 0 <= left - o_right <= 12 * o_h
+            if above:
+                gap = top - o_bottom
+            elif beside:
+                gap = (left - o_right) / 4.0
+        if gap is not None and (best is None or gap < best[0]):
+            best = (gap, other.text)
+    return best[1] if best else None
 
 
 def _attach_labels(elements: list[Element]) -> list[Element]:
-    """Give each field the text that labels it (just above it, or left on its row)."""
+    """Give each field and checkbox the text that labels it."""
     out = []
     for element in elements:
-        if element.role != "field" or element.label is not None:
+        if element.role not in ("field", "checkbox") or element.label is not None:
             out.append(element)
             continue
-        left, top, right, bottom = element.region
-        best: tuple[float, str] | None = None
-        for other in elements:
-            if other is element or other.role in ("button", "field"):
-                continue
-            if len(other.text) > 40 or len(other.text.split()) > 5:
-                continue  # prose, not a label
-            o_left, o_top, o_right, o_bottom = other.box
-            o_h = o_bottom - o_top
-            above = -0.5 * o_h <= top - o_bottom <= 2.0 * o_h and o_left < right and o_right > left
-            cy = (o_top + o_bottom) / 2.0
-            beside = top <= cy <= bottom and 0 <= left - o_right <= 12 * o_h
-            if above or beside:
-                gap = (top - o_bottom) if above else (left - o_right) / 4.0
-                if best is None or gap < best[0]:
-                    best = (gap, other.text)
-        label = best[1] if best else None
-        # A button right after the field on its row names what the field is for
-        # ("Search", "Subscribe", "Apply").
-        for other in elements:
-            o_left, o_top, o_right, o_bottom = other.region
-            cy = (o_top + o_bottom) / 2.0
-            if other.role == "button" and top <= cy <= bottom and 0 <= o_left - right <= 60:
-                label = f"{label} {other.text}" if label else other.text
-                break
+        label = _label_of(element, elements)
+        if element.role == "field":
+            _, top, right, bottom = element.region
+            # A button right after the field on its row names what the field is for
+            # ("Search", "Subscribe", "Apply").
+            for other in elements:
+                o_left, o_top, _, o_bottom = other.region
+                cy = (o_top + o_bottom) / 2.0
+                if other.role == "button" and top <= cy <= bottom and 0 <= o_left - right <= 60:
+                    label = f"{label} {other.text}" if label else other.text
+                    break
         out.append(replace(element, label=label) if label else element)
     return out
 
 
-def reading_order(elements: Sequence[Element]) -> list[Element]:
+def _rows(elements: Sequence[Element]) -> list[Element]:
     """Top-to-bottom rows (lines whose vertical centres are close), left to right within."""
     ordered = sorted(elements, key=lambda e: (e.box[1] + e.box[3]) / 2.0)
     rows: list[list[Element]] = []
@@ -316,15 +300,148 @@ def reading_order(elements: Sequence[Element]) -> list[Element]:
     return [e for row in rows for e in sorted(row, key=lambda e: e.box[0])]
 
 
+def _gaps(elements: Sequence[Element], axis: int) -> list[tuple[float, float]]:
+    """``(size, position)`` of every empty band across ``elements`` along ``axis`` (0: a
+    vertical band, between columns; 1: a horizontal one, between blocks), in order."""
+    spans = sorted((e.box[axis], e.box[axis + 2]) for e in elements)
+    out = []
+    reach = spans[0][1]
+    for start, end in spans[1:]:
+        if start > reach:
+            out.append((start - reach, (start + reach) / 2.0))
+        reach = max(reach, end)
+    return out
+
+
+def _same_row(a: Element, b: Element) -> bool:
+    tol = 0.5 * min(a.box[3] - a.box[1], b.box[3] - b.box[1])
+    return abs((a.box[1] + a.box[3]) / 2.0 - (b.box[1] + b.box[3]) / 2.0) <= tol
+
+
+def _aligned_rows(left: Sequence[Element], right: Sequence[Element]) -> bool:
+    """Whether two sides of a vertical gap share their rows (a form with labels left of
+    its inputs, a table): then the page reads row by row, not column by column."""
+    small, other = (left, right) if len(left) <= len(right) else (right, left)
+    if not small:
+        return False
+    matched = 0
+    for e in small:
+        cy, h = (e.box[1] + e.box[3]) / 2.0, e.box[3] - e.box[1]
+        for o in other:
+            tol = 0.25 * min(h, o.box[3] - o.box[1])
+            if abs((o.box[1] + o.box[3]) / 2.0 - cy) <= tol:
+                matched += 1
+                break
+    return matched >= 0.7 * len(small)
+
+
+def reading_order(elements: Sequence[Element], depth: int = 0) -> list[Element]:
+    """Reading order by blocks and columns (a recursive XY cut).
+
+    The elements are split at the widest empty band: a vertical band (a column gutter at
+    least twice the median line height wide, preferred up to half the width of the widest
+    horizontal band) or a horizontal one (space between blocks);
+    each side is ordered the same way, the left or upper side first. A two-column page
+    is read column by column, its header and footer before and after (a row that spans
+    the gutter at the top or bottom is cut off first). Where no band is
+    left, or the two sides of a gutter share their rows (labels left of inputs, a table),
+    lines are read row by row, left to right.
+    """
+    if len(elements) <= 1 or depth > 48:
+        return _rows(elements)
+    heights = sorted(e.box[3] - e.box[1] for e in elements)
+    line_h = heights[len(heights) // 2]
+    v_gaps, h_gaps = _gaps(elements, 0), _gaps(elements, 1)
+    v_size, v_at = max(v_gaps, default=(0.0, 0.0))
+    h_size, h_at = max(h_gaps, default=(0.0, 0.0))
+    # Columns first: a gutter wins over a block gap up to twice its width, so a section
+    # break in the main text does not cut the sidebar beside it in two.
+    if v_size >= max(2.0 * line_h, 16.0) and 2.0 * v_size >= h_size:
+        left = [e for e in elements if (e.box[0] + e.box[2]) / 2.0 < v_at]
+        right = [e for e in elements if (e.box[0] + e.box[2]) / 2.0 >= v_at]
+        top = min(left, key=lambda e: e.box[1]), min(right, key=lambda e: e.box[1])
+        bottom = max(left, key=lambda e: e.box[3]), max(right, key=lambda e: e.box[3])
+        # A row across both columns right above the first block gap (a logo left, a menu
+        # right) is a header and comes first; one right below the last gap, a footer.
+        first = h_gaps[0] if h_gaps else (0.0, 0.0)
+        last = h_gaps[-1] if h_gaps else (0.0, 0.0)
+        if h_gaps and _same_row(*top) and first[1] - first[0] / 2 <= max(e.box[3] for e in top):
+            h_at = first[1]
+        elif (
+            h_gaps and _same_row(*bottom) and last[1] + last[0] / 2 >= min(e.box[1] for e in bottom)
+        ):
+            h_at = last[1]
+        elif not _aligned_rows(left, right):
+            return reading_order(left, depth + 1) + reading_order(right, depth + 1)
+    if h_gaps:
+        upper = [e for e in elements if (e.box[1] + e.box[3]) / 2.0 < h_at]
+        lower = [e for e in elements if (e.box[1] + e.box[3]) / 2.0 >= h_at]
+        if upper and lower:
+            return reading_order(upper, depth + 1) + reading_order(lower, depth + 1)
+    return _rows(elements)
+
+
+def _control_for(
+    box: Box4, controls: Sequence[Control], page_width: int
+) -> tuple[tuple[int, int, int, int], str] | None:
+    """The smallest detected control around a text box, with the role its text gives it."""
+    best: tuple[int, tuple[int, int, int, int], str] | None = None
+    for control in controls:
+        if control.grid or not control.contains(box):
+            continue
+        role = _role(box, control.box, page_width)
+        if role is None:
+            continue
+        area = control.width * control.height
+        if best is None or area < best[0]:
+            best = (area, control.box, role)
+    return (best[1], best[2]) if best else None
+
+
+def _overlaps_text(rect: tuple[int, int, int, int], boxes: Sequence[Box4]) -> bool:
+    left, top, right, bottom = rect
+    for b in boxes:
+        w = min(right, b[2]) - max(left, b[0])
+        h = min(bottom, b[3]) - max(top, b[1])
+        if w > 0 and h > 0 and w * h > 0.2 * min((right - left) * (bottom - top), 1e9):
+            return True
+    return False
+
+
+def _empty_control_role(control: Control, fill_light: bool) -> str | None:
+    """What a rectangle with no text inside is: ``checkbox``, ``field`` or nothing."""
+    w, h = control.width, control.height
+    if not control.uniform or control.grid:
+        return None
+    if h <= 32 and 0.75 <= w / h <= 1.33 and (control.bordered or fill_light):
+        return "checkbox"
+    # An input: a wide box with a border or a light fill (a grey image placeholder is
+    # neither), a line tall; or a textarea.
+    if not (control.bordered or fill_light):
+        return None
+    if 18 <= h <= 80 and w >= 2.5 * h:
+        return "field"
+    if 80 < h and w >= 120 and control.bordered:
+        return "field"
+    return None
+
+
 def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
-    """Elements with roles and regions from OCR ``lines`` of ``image``, in reading order."""
+    """Elements with roles and regions from OCR ``lines`` of ``image``, in reading order.
+
+    Text lines keep their role from the rectangle around them (a control found from the
+    edges, else one grown from the text's surrounding colour); rectangles without text
+    become empty input fields and checkboxes, labelled by the text beside them.
+    """
     if not lines:
         return []
     array = np.asarray(image.convert("RGB"))
     height, width = array.shape[:2]
+    controls = find_controls(array)
     heights = sorted(line.box[3] - line.box[1] for line in lines)
     median_h = heights[len(heights) // 2]
     elements = []
+    used: set[tuple[int, int, int, int]] = set()
     for line in lines:
         left, top, right, bottom = line.box
         ibox = (
@@ -336,16 +453,52 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         if ibox[2] - ibox[0] < 2 or ibox[3] - ibox[1] < 2:
             continue
         text_h = ibox[3] - ibox[1]
-        rect = _enclosing_rect(array, ibox, vcap=max(6, int(1.2 * text_h)), hcap=int(0.6 * width))
-        role = _role(line.box, rect, width)
+        found = _control_for(line.box, controls, width)
+        if found is not None:
+            rect, role = found
+            used.add(rect)
+        else:
+            rect = _enclosing_rect(  # type: ignore[assignment]
+                array, ibox, vcap=max(6, int(1.2 * text_h)), hcap=int(0.6 * width)
+            )
+            role = _role(line.box, rect, width)  # type: ignore[assignment]
         region: Box4 = tuple(float(v) for v in rect) if role and rect else line.box  # type: ignore[assignment]
-        label = None
-        if role is None and text_h < _HEADING_RATIO * median_h and len(line.text) <= 40:
-            below = _empty_box_below(array, ibox)
-            if below is not None:
-                role, label = "field", line.text
-                region = tuple(float(v) for v in below)  # type: ignore[assignment]
         if role is None:
             role = "heading" if text_h >= _HEADING_RATIO * median_h else "text"
-        elements.append(Element(line.text, line.box, region, role, line.score, label))
+        elements.append(Element(line.text, line.box, region, role, line.score))
+    for control in controls:
+        if control.box in used:
+            continue
+        role = _empty_control_role(control, sum(control.fill) >= 3 * 225)
+        if role is None:
+            continue
+        lead = None
+        if role == "checkbox":
+            # OCR's line box often starts at the checkbox in front of its label.
+            lead = next((i for i, e in enumerate(elements) if _leads(array, control, e)), None)
+        if lead is not None:
+            e = elements[lead]
+            trimmed = (float(control.box[2] + 1), e.box[1], e.box[2], e.box[3])
+            region = trimmed if e.region == e.box else e.region
+            # The recogniser reads the box itself as a glyph ("■ Remember me").
+            text = e.text.lstrip(_BOX_GLYPHS).strip() or e.text
+            elements[lead] = replace(e, text=text, box=trimmed, region=region)
+        elif _overlaps_text(control.box, [e.box for e in elements if e.text]):
+            continue
+        box = tuple(float(v) for v in control.box)
+        elements.append(Element("", box, box, role, 1.0))  # type: ignore[arg-type]
     return _attach_labels(reading_order(elements))
+
+
+def _leads(array: np.ndarray, control: Control, element: Element) -> bool:
+    """Whether a checkbox-sized square starts ``element``'s text line, set apart by a gap
+    (a letter such as "D" at the start of a word is followed by the next letter)."""
+    left, top, right, bottom = control.box
+    e_left, e_top, e_right, e_bottom = element.box
+    if not element.text or abs(left - e_left) > 6 or right >= e_right:
+        return False
+    if top < e_top - 4 or bottom > e_bottom + 4:
+        return False
+    gap = array[top:bottom, right + 1 : right + 5].reshape(-1, 3).astype(np.int32)
+    outside = array[top, max(0, left - 2)].astype(np.int32)
+    return gap.size > 0 and bool((np.abs(gap - outside).sum(axis=1) <= 24).mean() > 0.95)

@@ -1,0 +1,209 @@
+"""Controls from the pixels: input boxes, buttons and checkboxes as rectangles.
+
+OCR finds text; a browser agent clicks controls, and an empty input box has no text at
+all. Controls are drawn as rectangles (a border, or a fill that differs from the page), so
+they are found from the edges: Canny edges, dilated so that a one-pixel border becomes a
+closed ring, then every closed contour whose outline fills its bounding rectangle (a
+rectangle, rounded corners and pills included) and whose size fits a control. A ring has
+an outer and an inner contour; of two nested rectangles a few pixels apart the outer is
+kept, and where the outer one is polluted (text touching the border) the inner survives.
+
+:func:`find_controls` returns candidate rectangles; :mod:`~.layout` decides what each is
+from the OCR text inside and around it (a button centres its text, a field is wider than
+its left-aligned text or empty, a small empty square is a checkbox). OpenCV comes with
+RapidOCR (the ``[vision]`` extra); without it no controls are found and the layout falls
+back to growing rectangles from the text.
+
+Example:
+    >>> import numpy as np
+    >>> page = np.full((120, 400, 3), 255, np.uint8)
+    >>> page[40, 50:350] = page[79, 50:350] = 120              # an input's border
+    >>> page[40:80, 50] = page[40:80, 349] = 120
+    >>> [c.box for c in find_controls(page)]                   # doctest: +SKIP
+    [(50, 40, 350, 80)]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Rect = tuple[int, int, int, int]
+"""``(left, top, right, bottom)`` in pixels, right and bottom exclusive."""
+
+MIN_SIDE = 9
+"""Smallest control side (Chromium draws a 13 px checkbox)."""
+MAX_HEIGHT = 200
+"""Tallest control (a textarea); taller rectangles are cards and panels."""
+_RECTANGULARITY = 0.86
+"""Contour area over bounding-rectangle area: a pill (radius = half the height) on a
+300x44 button is 0.97, a circle 0.79; text glyphs merged by dilation fall far below."""
+_NESTED = 6
+"""Two rectangles whose sides are all within this many pixels are one control's ring."""
+_CANNY = (12, 36)
+"""Hysteresis thresholds: a #cbd5e1 border on white (about 30 grey levels) is an edge."""
+
+
+@dataclass(frozen=True)
+class Control:
+    """A rectangle that may be a control.
+
+    Attributes:
+        box: ``(left, top, right, bottom)`` in pixels.
+        bordered: The outline differs from both the inside and the outside (an input's
+            border); ``False`` for a filled shape without a border (most buttons).
+        uniform: The inside is one flat colour (ignoring text), as inputs and buttons are.
+        fill: Mean RGB colour of the inside.
+        grid: The rectangle shares a side with a neighbour of the same height or width
+            (a table cell, a segmented bar), so it is not an input on its own.
+    """
+
+    box: Rect
+    bordered: bool
+    uniform: bool
+    fill: tuple[int, int, int]
+    grid: bool = False
+
+    @property
+    def width(self) -> int:
+        return self.box[2] - self.box[0]
+
+    @property
+    def height(self) -> int:
+        return self.box[3] - self.box[1]
+
+    def contains(self, box: tuple[float, float, float, float], slack: float = 3.0) -> bool:
+        """Whether ``box`` (a text box) lies inside this rectangle, give or take ``slack``."""
+        left, top, right, bottom = self.box
+        return (
+            box[0] >= left - slack
+            and box[1] >= top - slack
+            and box[2] <= right + slack
+            and box[3] <= bottom + slack
+        )
+
+
+def available() -> bool:
+    """Whether OpenCV can be imported (it comes with RapidOCR)."""
+    return importlib.util.find_spec("cv2") is not None
+
+
+def _cv2() -> Any:
+    import cv2
+
+    return cv2
+
+
+def _rects(array: np.ndarray) -> list[Rect]:
+    cv2 = _cv2()
+    height, width = array.shape[:2]
+    gray = cv2.cvtColor(array, cv2.COLOR_RGB2GRAY)
+    edges = cv2.Canny(gray, *_CANNY)
+    edges = cv2.dilate(edges, np.ones((3, 3), np.uint8))
+    contours, _ = cv2.findContours(edges, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
+    max_h = min(MAX_HEIGHT, int(0.4 * height))
+    out: list[Rect] = []
+    for contour in contours:
+        x, y, w, h = cv2.boundingRect(contour)
+        if w < MIN_SIDE or h < MIN_SIDE or h > max_h or w > 0.9 * width:
+            continue
+        # contourArea runs through pixel centres: a filled w x h rectangle has (w-1)(h-1).
+        if cv2.contourArea(contour) < _RECTANGULARITY * (w - 1) * (h - 1):
+            continue
+        out.append((x + 1, y + 1, x + w - 1, y + h - 1))  # the dilation added a pixel
+    return out
+
+
+def _dedupe(rects: list[Rect]) -> list[Rect]:
+    """One rectangle per ring: of nested rectangles a few pixels apart, the outer."""
+    rects = sorted(set(rects), key=lambda r: -(r[2] - r[0]) * (r[3] - r[1]))
+    kept: list[Rect] = []
+    for r in rects:
+        inner = any(
+            k[0] <= r[0] <= k[0] + _NESTED
+            and k[1] <= r[1] <= k[1] + _NESTED
+            and k[2] - _NESTED <= r[2] <= k[2]
+            and k[3] - _NESTED <= r[3] <= k[3]
+            for k in kept
+        )
+        if not inner:
+            kept.append(r)
+    return kept
+
+
+def _describe(array: np.ndarray, rect: Rect) -> Control:
+    """Border, flatness and fill of a rectangle from its pixels."""
+    height, width = array.shape[:2]
+    left, top, right, bottom = rect
+    m = 3 if min(right - left, bottom - top) > 12 else 2
+    inside = array[top + m : bottom - m, left + m : right - m].reshape(-1, 3).astype(np.int32)
+    if inside.size == 0:
+        inside = array[top:bottom, left:right].reshape(-1, 3).astype(np.int32)
+    # The inside's dominant colour (text pixels are a minority in a control).
+    packed = (inside[:, 0] << 16) | (inside[:, 1] << 8) | inside[:, 2]
+    colours, counts = np.unique(packed, return_counts=True)
+    top_colour = int(colours[int(np.argmax(counts))])
+    fill = np.array([top_colour >> 16, (top_colour >> 8) & 255, top_colour & 255], np.int32)
+    near = np.abs(inside - fill).sum(axis=1) <= 24
+    uniform = bool(near.mean() >= 0.6)
+    # A border: walking in from outside the rectangle at the middle of each side, some
+    # pixel of the first few differs from both the outside and the inside's fill.
+    cy, cx = (top + bottom) // 2, (left + right) // 2
+    depth = min(5, (bottom - top) // 3, (right - left) // 3)
+    y0, y1 = max(0, top - 1), min(height - 1, bottom)
+    x0, x1 = max(0, left - 1), min(width - 1, right)
+    sides = [
+        array[y0 : y0 + depth + 1, cx],
+        array[y1 - depth : y1 + 1, cx][::-1],
+        array[cy, x0 : x0 + depth + 1],
+        array[cy, x1 - depth : x1 + 1][::-1],
+    ]
+    bordered_sides = 0
+    for side in sides:
+        side = side.astype(np.int32)
+        if len(side) < 2:
+            continue
+        vs_out = np.abs(side[1:] - side[0]).sum(axis=1) > 30
+        vs_fill = np.abs(side[1:] - fill).sum(axis=1) > 30
+        bordered_sides += bool((vs_out & vs_fill).any())
+    bordered = bordered_sides >= 3
+    return Control(rect, bordered, uniform, (int(fill[0]), int(fill[1]), int(fill[2])))
+
+
+def _mark_grid(controls: list[Control]) -> list[Control]:
+    """Flag table cells (a side shared with a same-sized neighbour, the border between them
+    a few pixels thick) and the rows and tables that hold them (two or more inside)."""
+    out = []
+    near = 8
+    for c in controls:
+        l1, t1, r1, b1 = c.box
+        grid = False
+        inside = 0
+        for o in controls:
+            if o is c:
+                continue
+            l2, t2, r2, b2 = o.box
+            same_row = abs(t1 - t2) <= 3 and abs(b1 - b2) <= 3
+            same_col = abs(l1 - l2) <= 3 and abs(r1 - r2) <= 3
+            touch_h = abs(r1 - l2) <= near or abs(r2 - l1) <= near
+            touch_v = abs(b1 - t2) <= near or abs(b2 - t1) <= near
+            inside += l1 <= l2 and t1 <= t2 and r2 <= r1 and b2 <= b1
+            if (same_row and touch_h) or (same_col and touch_v) or inside >= 2:
+                grid = True
+                break
+        out.append(c if not grid else Control(c.box, c.bordered, c.uniform, c.fill, grid=True))
+    return out
+
+
+def find_controls(array: np.ndarray) -> list[Control]:
+    """Rectangles in an RGB ``array`` (height x width x 3, uint8) that may be controls.
+
+    Returns an empty list when OpenCV is not installed.
+    """
+    if not available() or array.ndim != 3 or min(array.shape[:2]) < MIN_SIDE:
+        return []
+    rects = _dedupe(_rects(np.ascontiguousarray(array)))
+    return _mark_grid([_describe(array, r) for r in rects])

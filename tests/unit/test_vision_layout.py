@@ -1,0 +1,136 @@
+"""Layout from pixels: controls (inputs, buttons, checkboxes) and reading order.
+
+The OCR lines are given by hand (their boxes are where the text was drawn), so these tests
+exercise the layout analysis alone: no OCR model runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from clef_engine.backbones.vision.controls import find_controls
+from clef_engine.backbones.vision.layout import Element, ImageEvidence, analyse, reading_order
+from clef_engine.backbones.vision.ocr import OcrLine
+
+pytest.importorskip("cv2")
+
+USER = (472, 219, 808, 259)
+PASSWORD = (472, 299, 808, 339)
+BUTTON = (472, 396, 808, 440)
+CHECK = (476, 360, 489, 373)
+
+
+def _text(d: ImageDraw.ImageDraw, xy: tuple[int, int], text: str, size: int, **kw: str) -> OcrLine:
+    font = ImageFont.load_default(size=size)
+    d.text(xy, text, font=font, **kw)
+    left, top, right, bottom = d.textbbox(xy, text, font=font)
+    return OcrLine(text, (left - 2.0, top - 3.0, right + 2.0, bottom + 3.0), 0.99)
+
+
+def login_form() -> tuple[Image.Image, list[OcrLine]]:
+    """A plain login card: labels above empty inputs, a checkbox, a pill-shaped button."""
+    img = Image.new("RGB", (1280, 800), "#f1f5f9")
+    d = ImageDraw.Draw(img)
+    d.rounded_rectangle((440, 119, 840, 500), radius=10, fill="white")
+    lines = [_text(d, (472, 150), "Sign in to your account", 24, fill="#1e293b")]
+    lines.append(_text(d, (472, 199), "Username", 14, fill="#1e293b"))
+    d.rounded_rectangle(USER, radius=8, outline="#cbd5e1", fill="white")
+    lines.append(_text(d, (472, 279), "Password", 14, fill="#1e293b"))
+    d.rounded_rectangle(PASSWORD, radius=8, outline="#cbd5e1", fill="white")
+    d.rounded_rectangle(CHECK, radius=2, outline="#767676", fill="white")
+    lines.append(_text(d, (500, 359), "Remember me", 14, fill="#1e293b"))
+    d.rounded_rectangle(BUTTON, radius=22, fill="#4f46e5")
+    lines.append(_text(d, (612, 408), "Sign in", 16, fill="white"))
+    lines.append(_text(d, (561, 456), "Forgot your password?", 14, fill="#4f46e5"))
+    return img, lines
+
+
+def _inside(region: tuple[float, ...], rect: tuple[int, int, int, int], tol: float = 3.0) -> bool:
+    return all(abs(a - b) <= tol for a, b in zip(region, rect, strict=True))
+
+
+def test_controls_found_from_edges() -> None:
+    img, _ = login_form()
+    boxes = [c.box for c in find_controls(np.asarray(img))]
+    for rect in (USER, PASSWORD, BUTTON, CHECK):
+        assert any(_inside(b, rect) for b in boxes), (rect, boxes)
+
+
+def test_an_empty_input_is_the_field_not_the_gap_below_its_label() -> None:
+    img, lines = login_form()
+    elements = analyse(img, lines)
+    fields = [e for e in elements if e.role == "field"]
+    by_label = {e.label: e for e in fields}
+    assert set(by_label) == {"Username", "Password"}, fields
+    assert _inside(by_label["Username"].region, USER)
+    assert _inside(by_label["Password"].region, PASSWORD)
+    # The labels stay text of their own, and the textual state still names the fields.
+    assert [e.role for e in elements if e.text == "Password"] == ["text"]
+    state = ImageEvidence("d", 1280, 800, elements).text()
+    assert "fields: Username, Password" in state
+    assert "checkboxes: Remember me" in state
+
+
+def test_a_pill_button_covers_the_control_not_only_its_text() -> None:
+    img, lines = login_form()
+    [button] = [e for e in analyse(img, lines) if e.text == "Sign in"]
+    assert button.role == "button"
+    assert _inside(button.region, BUTTON)
+
+
+def test_checkbox_is_the_square_labelled_by_the_text_beside_it() -> None:
+    img, lines = login_form()
+    [box] = [e for e in analyse(img, lines) if e.role == "checkbox"]
+    assert box.label == "Remember me"
+    assert _inside(box.region, CHECK)
+
+
+def test_checkbox_inside_the_ocr_line_of_its_label() -> None:
+    # The text detector often starts the label's line at the checkbox ("■ Remember me").
+    img, lines = login_form()
+    label = next(line for line in lines if line.text == "Remember me")
+    merged = OcrLine("■ Remember me", (CHECK[0] - 1.0, *label.box[1:]), 0.9)
+    elements = analyse(img, [merged if line is label else line for line in lines])
+    [box] = [e for e in elements if e.role == "checkbox"]
+    assert _inside(box.region, CHECK)
+    assert box.label == "Remember me"
+
+
+def test_grey_image_placeholder_and_table_cells_are_not_inputs() -> None:
+    img = Image.new("RGB", (800, 400), "white")
+    d = ImageDraw.Draw(img)
+    d.rounded_rectangle((40, 40, 400, 110), radius=6, fill="#dddddd")  # an image placeholder
+    for i in range(4):  # an empty table row
+        d.rectangle((40 + 150 * i, 200, 190 + 150 * i, 238), outline="#888888")
+    lines = [_text(d, (450, 60), "Product photo", 16, fill="black")]
+    roles = [e.role for e in analyse(img, lines)]
+    assert roles == ["text"], roles
+
+
+def _line(text: str, left: float, top: float, right: float, h: float = 20.0) -> Element:
+    box = (left, top, right, top + h)
+    return Element(text, box, box)
+
+
+def test_two_columns_are_read_column_by_column() -> None:
+    header = [_line("Site name", 40, 10, 200), _line("Menu", 1000, 12, 1100)]
+    main = [_line(f"main {i}", 40, 80 + 26 * i, 780) for i in range(12)]
+    side = [_line(f"side {i}", 860, 90 + 34 * i, 1200, h=18) for i in range(6)]
+    footer = [_line("Footer", 40, 700, 300)]
+    shuffled = [*side, *footer, *main, *header][::-1]
+    texts = [e.text for e in reading_order(shuffled)]
+    assert texts[:2] == ["Site name", "Menu"]
+    assert texts[2:14] == [f"main {i}" for i in range(12)]
+    assert texts[14:20] == [f"side {i}" for i in range(6)]
+    assert texts[-1] == "Footer"
+
+
+def test_a_form_with_labels_left_of_inputs_is_read_row_by_row() -> None:
+    rows = []
+    for i, name in enumerate(("Name", "Email", "Phone")):
+        y = 100 + 60 * i
+        rows += [_line(name, 40, y + 10, 140), _line(f"{name} input", 300, y, 700, h=40)]
+    texts = [e.text for e in reading_order(rows[::-1])]
+    assert texts == ["Name", "Name input", "Email", "Email input", "Phone", "Phone input"]
