@@ -20,10 +20,10 @@ from clef_agents.cli.common import (
 
 EPILOG = """examples:
   clef-agents decide "my card never arrived" --choice intent=card_arrival,lost_card,refund
-  clef-agents decide "I was charged twice" \\
+  clef-agents decide "charged twice, refund one payment" \\
       --choice "team=billing:payments, refunds and invoices,technical:app errors and crashes"
-  clef-agents decide "I was charged twice" \\
-      --choice 'team={"billing": "payments, refunds", "technical": "errors: app or site"}'
+  clef-agents decide "charged twice, refund one payment" \\
+      --choice 'team={"billing": "payments, refunds, invoices", "technical": "errors: app broken"}'
   echo '{"user": "bob", "msg": "app crashes"}' | clef-agents decide - --noul bug="Is this a bug?"
   clef-agents decide --state-file ticket.txt --questions questions.yaml --json
 """
