@@ -19,5 +19,7 @@ MAX_TOTAL_PIXELS = 80_000_000
 """Pixels of all images of one request together."""
 MAX_IMAGE_SIDE = 32_768
 """Longest side of one image, in pixels."""
-IMAGE_FORMATS = ("png", "jpeg", "webp")
-"""Accepted encodings; ``jpg`` is an alias of ``jpeg``."""
+IMAGE_FORMATS = ("png", "jpeg", "webp", "gif")
+"""Accepted encodings; ``jpg`` is an alias of ``jpeg``. A GIF is read as its first frame
+(bytes, files, base64 and data URLs as for a PIL image; a wire asset's ``format`` field
+names png, jpg, jpeg or webp, as the API schema does)."""

@@ -78,7 +78,8 @@ def test_transparent_pixels_become_white() -> None:
     [
         ("Sign in to continue", True, False),
         ("screenshot.png", True, True),
-        ("https://example.com/shot.png", True, False),
+        ("https://example.com/shot.png?v=2", True, True),
+        ("https://example.com/article", True, False),
         ("data:image/png;base64,AAAA", False, True),
         ("shot.png", False, False),
         ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk", True, True),
@@ -92,7 +93,7 @@ def test_corrupt_bytes_name_the_field() -> None:
     with pytest.raises(InvalidRequestError) as err:
         open_image(b"definitely not an image", "state.screenshot")
     assert err.value.field == "state.screenshot"
-    assert "PNG, JPEG or WebP" in str(err.value)
+    assert "PNG, JPEG, WebP or GIF" in str(err.value)
 
 
 def test_truncated_png_fails_on_decode_not_crash() -> None:
@@ -103,9 +104,33 @@ def test_truncated_png_fails_on_decode_not_crash() -> None:
     assert err.value.field == "state"
 
 
-def test_gif_is_refused() -> None:
-    with pytest.raises(InvalidRequestError, match="format GIF"):
-        open_image(encoded("GIF"), "state")
+def test_gif_bytes_are_read_as_a_pil_gif_is() -> None:
+    frames = [Image.new("RGB", (40, 20), c) for c in ("red", "blue")]
+    buf = io.BytesIO()
+    frames[0].save(buf, "GIF", save_all=True, append_images=frames[1:])
+    data = buf.getvalue()
+    b64 = base64.b64encode(data).decode()
+    for value in (data, b64, f"data:image/gif;base64,{b64}"):
+        ref = open_image(value, "state")
+        assert (ref.format, ref.width, ref.height) == ("gif", 40, 20)
+        assert ref.decode().getpixel((0, 0)) == (255, 0, 0)  # the first frame, in RGB
+    pil = open_image(Image.open(io.BytesIO(data)), "state")
+    assert pil.decode().getpixel((0, 0)) == (255, 0, 0)
+
+
+def test_bmp_is_refused_by_name() -> None:
+    with pytest.raises(InvalidRequestError, match="format BMP"):
+        open_image(encoded("BMP"), "state")
+
+
+@pytest.mark.parametrize("url", ["https://example.com/shot.png", "http://x.org/a.gif#top"])
+def test_image_urls_are_refused_not_read_as_text(tiny_engine, url: str) -> None:
+    with pytest.raises(InvalidRequestError, match="never fetched") as err:
+        tiny_engine.decide(url, Q)
+    assert err.value.field == "state"
+    with pytest.raises(InvalidRequestError, match="never fetched") as err:
+        open_image(url, "state.screenshot")
+    assert err.value.field == "state.screenshot"
 
 
 def test_decompression_bomb_refused_from_header() -> None:
@@ -192,9 +217,9 @@ class StubPipeline(VisionPipeline):
 @pytest.fixture()
 def stub_engine(tiny_engine) -> Iterator[Any]:
     """The tiny engine reading images through :class:`StubPipeline` (no OCR models)."""
-    vision_requests.attach(tiny_engine, StubPipeline())
+    tiny_engine.vision = StubPipeline()
     yield tiny_engine
-    tiny_engine.__dict__.pop("_vision_pipeline", None)
+    tiny_engine.vision = None
 
 
 def _asset(size: tuple[int, int] = (400, 200)) -> dict[str, str]:
@@ -216,7 +241,7 @@ def test_any_asset_key_is_a_placeholder(stub_engine, key: str) -> None:
             "assets": {key: _asset()},
         }
     )
-    text = vision_requests.state_text(stub_engine, request)
+    text = vision_requests.render(request, stub_engine.vision).text
     # The image's text stands where the key was, once; the object key "screen" stays.
     assert "current page: [image 400x200]\nSign in" in text
     assert key not in text.replace("screen: current", "")
@@ -232,7 +257,7 @@ def test_longer_asset_keys_match_first(stub_engine) -> None:
             "assets": {"screen": _asset((400, 200)), "screen-2": _asset((200, 100))},
         }
     )
-    text = vision_requests.state_text(stub_engine, request)
+    text = vision_requests.render(request, stub_engine.vision).text
     assert text.startswith("first [image 400x200]")
     assert "then [image 200x100]" in text
 
@@ -241,7 +266,7 @@ def test_unreferenced_asset_is_appended_to_the_state(stub_engine) -> None:
     request = DecisionRequest.parse(
         {"state": "what is on the page?", "questions": Q, "assets": {"shot-1": _asset()}}
     )
-    text = vision_requests.state_text(stub_engine, request)
+    text = vision_requests.render(request, stub_engine.vision).text
     assert text.startswith("what is on the page?\n\n[image 400x200]")
 
 
@@ -311,14 +336,14 @@ def test_missing_ocr_raises_the_install_line(tiny_engine, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "rapidocr_onnxruntime", None)
     from clef_engine.backbones.vision.pipeline import VisionPipeline
 
-    vision_requests.attach(tiny_engine, VisionPipeline())
+    tiny_engine.vision = VisionPipeline()
     try:
         with pytest.raises(MissingDependencyError) as err:
             tiny_engine.decide(encoded(), Q)
         assert "pip install 'clef-agents[vision]'" in str(err.value)
         assert err.value.package == "rapidocr-onnxruntime"
     finally:
-        tiny_engine.__dict__.pop("_vision_pipeline", None)
+        tiny_engine.vision = None
 
 
 def test_engine_imports_without_the_vision_extra() -> None:

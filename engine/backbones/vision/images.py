@@ -40,11 +40,12 @@ from clef_engine.schema.image_limits import (
     MAX_IMAGE_SIDE,
 )
 
-_PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp", "MPO": "jpeg"}
-_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
-# Base64 of the magic bytes of PNG, JPEG and WebP ("RIFF"): a string that starts with one
-# of these and has no whitespace is an image, not prose.
-_B64_MAGIC = ("iVBORw0KGgo", "/9j/", "UklGR")
+_PIL_FORMATS = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp", "MPO": "jpeg", "GIF": "gif"}
+_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif")
+# Base64 of the magic bytes of PNG, JPEG, WebP ("RIFF") and GIF: a string that starts with
+# one of these and has no whitespace is an image, not prose.
+_B64_MAGIC = ("iVBORw0KGgo", "/9j/", "UklGR", "R0lGOD")
+_URL = re.compile(r"^(?:https?|ftp)://\S+$", re.IGNORECASE)
 _DATA_URL = re.compile(r"^data:image/([a-zA-Z0-9.+-]+)?(;[^,]*)?,", re.ASCII)
 _MAX_PATH_CHARS = 4096
 
@@ -162,7 +163,7 @@ def from_bytes(data: bytes, where: str, *, declared: str | None = None) -> Image
         ) from None
     except (OSError, SyntaxError, ValueError, EOFError):
         raise InvalidRequestError(
-            "not a readable image (expected PNG, JPEG or WebP bytes)", field=where
+            "not a readable image (expected PNG, JPEG, WebP or GIF bytes)", field=where
         ) from None
     fmt = _PIL_FORMATS.get(str(img.format))
     if fmt is None or fmt not in IMAGE_FORMATS:
@@ -244,7 +245,8 @@ def is_image_string(text: str, *, top_level: bool, allow_paths: bool = True) -> 
     """Whether a string is an image rather than prose.
 
     Data URLs always are. A whole state (``top_level``) is also an image when it is bare
-    base64 of a PNG/JPEG/WebP file, or (with ``allow_paths``) a single token ending in
+    base64 of a PNG/JPEG/WebP/GIF file, an image URL (so that it is refused by name rather
+    scored as text), or (with ``allow_paths``) a single token ending in
     .png/.jpg/.jpeg/.webp (a path). Without ``allow_paths`` (requests over HTTP) such a
     token is text: the server never reads its own files for a client.
     """
@@ -257,9 +259,30 @@ def is_image_string(text: str, *, top_level: bool, allow_paths: bool = True) -> 
         return False
     if stripped.startswith(_B64_MAGIC) and len(stripped) >= 32:
         return True
+    if is_image_url(stripped):
+        return True  # an image, named by a URL: refused by open_image (never fetched)
     if not allow_paths or "://" in stripped or len(stripped) > _MAX_PATH_CHARS:
-        return False  # URLs are never fetched; they stay text
+        return False  # other URLs are text
     return stripped.lower().endswith(_SUFFIXES)
+
+
+def is_image_url(text: str) -> bool:
+    """Whether ``text`` is one http(s)/ftp URL whose path ends in an image suffix."""
+    stripped = text.strip()
+    if len(stripped) > _MAX_PATH_CHARS or _URL.match(stripped) is None:
+        return False
+    path = stripped.split("?", 1)[0].split("#", 1)[0].lower()
+    return path.endswith(_SUFFIXES)
+
+
+def refuse_url(url: str, where: str) -> InvalidRequestError:
+    """The error for an image given as a URL: the engine never fetches anything."""
+    shown = url if len(url) <= 80 else url[:79] + "…"
+    return InvalidRequestError(
+        f"{shown!r} is a URL; images are never fetched: download it yourself and pass the "
+        "bytes (or give ScreenshotClassifier a fetcher=)",
+        field=where,
+    )
 
 
 def is_image(value: Any, *, top_level: bool = False, allow_paths: bool = True) -> bool:
@@ -298,6 +321,8 @@ def open_image(
         stripped = value.strip()
         if stripped.startswith("data:"):
             return from_data_url(stripped, where)
+        if _URL.match(stripped):
+            raise refuse_url(stripped, where)
         if declared is not None or stripped.startswith(_B64_MAGIC):
             return from_bytes(decode_base64(stripped, where), where, declared=declared)
     if isinstance(value, (str, os.PathLike)):
