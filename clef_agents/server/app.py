@@ -53,6 +53,7 @@ from clef_agents.server.metrics import Metrics
 from clef_agents.server.openapi import openapi
 from clef_engine.errors import InvalidRequestError
 from clef_engine.schema.request import DecisionRequest, questions_from
+from clef_engine.slots import Slots
 
 logger = logging.getLogger("clef_agents.server")
 
@@ -440,28 +441,28 @@ def create_app(
         _check_model(state, payload)
         budget.check_questions(parsed, cfg)
         budget.check_batch_states(states, cfg)
-        slots: list[Any] = [None] * len(states)
-        good: list[tuple[int, DecisionRequest]] = []
-        for i, item in enumerate(states):
+
+        def item_request(indexed: tuple[int, Any]) -> DecisionRequest:
+            i, item = indexed
             item_payload: dict[str, Any] = {"state": item, "questions": parsed}
             if payload.get("assets") is not None:
                 item_payload["assets"] = payload["assets"]
             try:
                 decision = DecisionRequest.parse(item_payload).without_paths()
                 budget.check_state(decision.state, cfg, i)
-                good.append((i, decision))
             except InvalidRequestError as exc:
-                slots[i] = ValidationFailed.from_engine(exc, ("states", i))
-            except (HTTPError, ValidationFailed) as refused:
-                slots[i] = refused
+                raise ValidationFailed.from_engine(exc, ("states", i)) from None
+            return decision
+
+        # Each state is refused in its own slot (422/413 there); the others are answered.
+        items = Slots.parse(enumerate(states), item_request, catch=(HTTPError, ValidationFailed))
         await state.ensure_started()
         answered = (
-            await until_disconnected(state.batcher.submit([r for _, r in good]), request)
-            if good
+            await until_disconnected(state.batcher.submit(items.pending), request)
+            if items.pending
             else []
         )
-        for (i, _), slot in zip(good, answered, strict=True):
-            slots[i] = slot
+        slots = items.fill(answered)
         results: list[dict[str, Any]] = []
         tokens = 0
         for i, slot in enumerate(slots):
