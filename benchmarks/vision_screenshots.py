@@ -37,7 +37,6 @@ from clef_engine import DecisionEngine  # noqa: E402
 from clef_engine.backbones.vision.images import open_image  # noqa: E402
 from clef_engine.backbones.vision.ocr import DEFAULT_MAX_SIDE, RUNTIMES, RapidOcr  # noqa: E402
 from clef_engine.backbones.vision.pipeline import VisionPipeline  # noqa: E402
-from clef_engine.backbones.vision.requests import attach  # noqa: E402
 
 PAGES = ROOT / "tests" / "fixtures" / "pages"
 HOLDOUT = ROOT / "tests" / "fixtures" / "pages_holdout"
@@ -75,7 +74,7 @@ def main() -> None:
     engine = DecisionEngine()
     reader = RapidOcr(max_side=args.max_side, threads=args.threads, runtime=args.runtime)
     pipeline = VisionPipeline(reader)
-    attach(engine, pipeline)
+    engine.vision = pipeline
     classifier = ScreenshotClassifier(engine)
     classifier.classify(pages[0].png)  # warm-up: OCR models and option embeddings
 

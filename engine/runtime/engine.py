@@ -31,21 +31,24 @@ from typing import Any
 import torch
 
 from clef_engine.backbones import PACKAGED, Backbone, load_backbone
-from clef_engine.backbones.vision import requests as vision
+from clef_engine.backbones.vision.backbone import VisionBackbone
+from clef_engine.backbones.vision.pipeline import VisionPipeline
 from clef_engine.calibration.temperature import Calibrator
 from clef_engine.devices import select_device, select_dtype
-from clef_engine.errors import (
-    ClefError,
-    InvalidRequestError,
-    StateTooLargeError,
-    UnsupportedQuestionError,
-)
+from clef_engine.errors import ClefError
 from clef_engine.heads.base import Head, PreparedQuestion, Scored, Scorer, ScoringContext
 from clef_engine.heads.memory import fit_question_memory_cross
 from clef_engine.heads.prototype import PrototypeClassifier
 from clef_engine.heads.zero_shot import ZeroShotHead, prepare
 from clef_engine.runtime import general, model_dir
 from clef_engine.runtime import thresholds as abstention
+from clef_engine.runtime.stages import (
+    RenderedState,
+    check_supported,
+    needs_vision,
+    render_state,
+    score_with_images,
+)
 from clef_engine.schema.answers import (
     Answer,
     ChoiceAnswer,
@@ -58,7 +61,7 @@ from clef_engine.schema.answers import (
 )
 from clef_engine.schema.limits import MAX_STATE_CHARS
 from clef_engine.schema.questions import _Question
-from clef_engine.schema.render import canonical_json, render_value
+from clef_engine.schema.render import canonical_json
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
 Questions = Mapping[str, _Question | Mapping[str, Any]]
@@ -212,6 +215,7 @@ class DecisionEngine:
         self._executor: ThreadPoolExecutor | None = None
         self._version: str | None = None
         self._version_head: str | None = None  # the head fingerprint _version was made for
+        self._vision: VisionPipeline | None = None
         if warmup:
             self.backbone.encode(["warm-up"])
 
@@ -229,6 +233,24 @@ class DecisionEngine:
     @property
     def device(self) -> torch.device:
         return self.backbone.device
+
+    @property
+    def vision(self) -> VisionPipeline:
+        """The pipeline that reads this engine's images (OCR, layout, optional image
+        encoder): the vision backbone's, or one made on first use. Set it to read images
+        another way (e.g. another OCR resolution); ``None`` goes back to the default."""
+        if self._vision is not None:
+            return self._vision
+        if isinstance(self.backbone, VisionBackbone):
+            return self.backbone.vision
+        with self._lock:
+            if self._vision is None:
+                self._vision = VisionPipeline()
+            return self._vision
+
+    @vision.setter
+    def vision(self, pipeline: VisionPipeline | None) -> None:
+        self._vision = pipeline
 
     @property
     def model_version(self) -> str:
@@ -352,29 +374,12 @@ class DecisionEngine:
     def _as_request(self, item: Any, questions: Questions | None, assets: Any) -> DecisionRequest:
         return build_request(item, questions, self.model_name, assets)
 
-    def _state_text(self, request: DecisionRequest) -> str:
-        if vision.has_images(request):
-            text = vision.state_text(self, request)  # OCR evidence in place of each image
-        else:
-            text = render_value(request.state, "state")
-        if not text.strip():
-            raise InvalidRequestError("state renders to empty text", field="state")
-        if len(text) > self.max_state_chars:
-            raise StateTooLargeError(
-                f"state renders to {len(text)} characters; the limit is {self.max_state_chars}",
-                field="state",
-                limit=self.max_state_chars,
-            )
-        return text
-
-    def _check_supported(self, request: DecisionRequest) -> None:
-        for qid, question in request.questions.items():
-            if question.type == "box" and not vision.has_images(request):
-                raise UnsupportedQuestionError(
-                    "box questions locate an element in an image; the state has no image "
-                    "(pass a screenshot, image bytes, a path, or an <image:...> asset)",
-                    field=f"questions.{qid}",
-                )
+    def _render(self, request: DecisionRequest) -> RenderedState:
+        """The render stage: the state as text (images read by :attr:`vision`), checked
+        against the limits, and the request's questions checked against its state."""
+        rendered = render_state(request, lambda: self.vision, self.max_state_chars)
+        check_supported(request)
+        return rendered
 
     # -- scoring -----------------------------------------------------------------------
 
@@ -461,19 +466,20 @@ class DecisionEngine:
         return list(scorer.score_requests(self.scoring_context(), texts, requests))
 
     def _run(
-        self, requests: list[DecisionRequest], texts: list[str] | None = None
+        self, requests: list[DecisionRequest], rendered: list[RenderedState] | None = None
     ) -> list[DecisionResult]:
-        """Answer validated requests; ``texts`` are their rendered states when known."""
+        """Answer validated requests: render (unless ``rendered`` already), score, then
+        build the answers."""
         started = time.perf_counter()
-        if texts is None:
-            texts = [self._state_text(r) for r in requests]
-            for r in requests:
-                self._check_supported(r)
+        if rendered is None:
+            rendered = [self._render(r) for r in requests]
         results = []
-        if vision.needs_vision(requests):  # images or box questions
-            all_scored = vision.score_requests(self, texts, requests)
+        if needs_vision(requests):  # images or box questions
+            all_scored = score_with_images(
+                self.score, self.scoring_context(), lambda: self.vision, rendered, requests
+            )
         else:
-            all_scored = self.score(texts, requests)
+            all_scored = self.score([r.text for r in rendered], requests)
         head = self.head
         known: dict[int, str] = {}
         for request, scored in zip(requests, all_scored, strict=False):
@@ -546,13 +552,11 @@ class DecisionEngine:
         and the others are still answered; otherwise the first error is raised.
         """
         slots: list[Any] = [None] * len(states)
-        good: list[tuple[int, DecisionRequest, str]] = []
+        good: list[tuple[int, DecisionRequest, RenderedState]] = []
         for i, item in enumerate(states):
             try:
                 request = self._as_request(item, questions, None)
-                text = self._state_text(request)
-                self._check_supported(request)
-                good.append((i, request, text))
+                good.append((i, request, self._render(request)))
             except ClefError as exc:
                 if not return_exceptions:
                     raise
@@ -567,10 +571,10 @@ class DecisionEngine:
                 if not return_exceptions:
                     raise
                 # Isolate the failure: answer the items one by one.
-                for i, request, text in good:
+                for i, request, rendered in good:
                     try:
                         with torch.inference_mode():
-                            slots[i] = self._run([request], [text])[0]
+                            slots[i] = self._run([request], [rendered])[0]
                     except Exception as exc:
                         slots[i] = exc
         return slots

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from clef_engine.backbones.vision import requests as vision_requests
 from clef_engine.backbones.vision.images import ImageRef
 from clef_engine.backbones.vision.layout import Element, ImageEvidence
 from clef_engine.backbones.vision.pipeline import VisionPipeline
@@ -34,9 +33,9 @@ class StubPipeline(VisionPipeline):
 def app(tiny_engine: Any) -> Any:
     from clef_agents.server import ServerConfig, create_app
 
-    vision_requests.attach(tiny_engine, StubPipeline())
+    tiny_engine.vision = StubPipeline()
     yield create_app(tiny_engine, ServerConfig())
-    tiny_engine.__dict__.pop("_vision_pipeline", None)
+    tiny_engine.vision = None
 
 
 def _client(app: Any) -> Any:
@@ -143,7 +142,7 @@ def test_every_box_answer_parses_with_the_sdks_own_model(answer: dict[str, Any])
 async def test_sdk_box_on_an_image_without_text(tiny_engine: Any) -> None:
     from clef_agents.server import ServerConfig, create_app
 
-    vision_requests.attach(tiny_engine, BlankPipeline())
+    tiny_engine.vision = BlankPipeline()
     try:
         async with _client(create_app(tiny_engine, ServerConfig())) as client:
             response = await client.system_one(
@@ -152,7 +151,7 @@ async def test_sdk_box_on_an_image_without_text(tiny_engine: Any) -> None:
                 assets={"screen": _screenshot()},
             )
     finally:
-        tiny_engine.__dict__.pop("_vision_pipeline", None)
+        tiny_engine.vision = None
     for name in ("button", "any"):  # nothing to find; the whole image, no confidence
         box = response.boxes[name].box
         assert (box.top, box.bottom, box.left, box.right) == (0.0, 1.0, 0.0, 1.0)

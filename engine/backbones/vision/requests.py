@@ -1,7 +1,9 @@
 """Requests with images: find them, check limits, read them, and render a textual state.
 
-This is the seam between :class:`~clef_engine.runtime.engine.DecisionEngine` and the vision
-pipeline. An image may be the whole state (a PIL image, bytes, a path, a base64 string or
+This is the vision state renderer: :func:`render` reads a request's images with a
+:class:`~clef_engine.backbones.vision.pipeline.VisionPipeline` and renders its state to
+text; it knows nothing of the engine.
+An image may be the whole state (a PIL image, bytes, a path, a base64 string or
 a data URL), sit anywhere inside a JSON state or a chat message's content parts, or be a
 wire ``asset``, referenced by its key (an opaque placeholder the caller chose: the SDK's
 ``<image:32 hex>``, a UUID, an alias such as ``screen``) wherever that key occurs as or
@@ -10,18 +12,16 @@ evidence; the state is rendered with
 each image replaced by its text (reading order plus a layout summary), and scored by the
 same engine path as any text state. ``box`` questions are answered from the evidence by
 :mod:`clef_engine.heads.box`, and an optional CLIP/SigLIP encoder is fused in (see
-:func:`fuse`).
+:func:`fuse`); the engine's stage that does both is
+:func:`clef_engine.runtime.stages.score_with_images`.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -38,10 +38,6 @@ from clef_engine.errors import InvalidRequestError
 from clef_engine.schema.image_limits import MAX_IMAGES, MAX_TOTAL_PIXELS
 from clef_engine.schema.render import render_value
 from clef_engine.schema.request import IMAGE_PLACEHOLDER, DecisionRequest
-
-if TYPE_CHECKING:
-    from clef_engine.heads.base import Scored
-    from clef_engine.runtime.engine import DecisionEngine
 
 _PART_KEYS = ("image_url", "image", "url", "data", "source", "base64", "image_base64")
 
@@ -230,36 +226,12 @@ def _question_text(question: Any) -> dict[str, Any]:
     return {k: dumped[k] for k in ("instructions", "criteria") if dumped.get(k) is not None}
 
 
-def pipeline_for(engine: DecisionEngine) -> VisionPipeline:
-    """The engine's vision pipeline: the vision backbone's, or one made on first use."""
-    pipeline = getattr(engine.backbone, "vision", None)
-    if isinstance(pipeline, VisionPipeline):
-        return pipeline
-    pipeline = engine.__dict__.get("_vision_pipeline")
-    if pipeline is None:
-        pipeline = VisionPipeline()
-        engine.__dict__["_vision_pipeline"] = pipeline
-    return pipeline
-
-
-def attach(engine: DecisionEngine, pipeline: VisionPipeline) -> None:
-    """Use ``pipeline`` for this engine's images (e.g. a different OCR resolution)."""
-    engine.__dict__["_vision_pipeline"] = pipeline
-
-
-_MEMO: OrderedDict[int, tuple[DecisionRequest, VisualRequest]] = OrderedDict()
-_MEMO_LOCK = threading.Lock()
-_MEMO_SIZE = 64
-
-
-def visual(engine: DecisionEngine, request: DecisionRequest) -> VisualRequest:
-    """Images of ``request`` read and its state rendered (memoised per request object)."""
-    with _MEMO_LOCK:
-        hit = _MEMO.get(id(request))
-        if hit is not None and hit[0] is request:
-            return hit[1]
+def render(request: DecisionRequest, pipeline: VisionPipeline) -> VisualRequest:
+    """Read the images of ``request`` with ``pipeline`` and render its state to text
+    (:attr:`VisualRequest.text`: each image's evidence text in its place, images of assets
+    that nothing references appended)."""
     result = collect(request)
-    result.evidence = pipeline_for(engine).evidence(result.refs)
+    result.evidence = pipeline.evidence(result.refs)
     filled = _fill(result.template, result, "state", inline=False)
     text = render_value(filled, "state")
     referenced: set[str] = set()
@@ -272,19 +244,7 @@ def visual(engine: DecisionEngine, request: DecisionRequest) -> VisualRequest:
         if key not in referenced
     ]
     result.text = "\n\n".join([text, *extra]) if extra else text
-    with _MEMO_LOCK:
-        _MEMO[id(request)] = (request, result)
-        _MEMO.move_to_end(id(request))
-        while len(_MEMO) > _MEMO_SIZE:
-            _MEMO.popitem(last=False)
     return result
-
-
-def state_text(engine: DecisionEngine, request: DecisionRequest) -> str:
-    """The textual state of a request with images (OCR evidence in place of each image)."""
-    text = visual(engine, request).text
-    assert text is not None
-    return text
 
 
 def resolve_questions(request: DecisionRequest, vis: VisualRequest) -> DecisionRequest:
@@ -336,76 +296,3 @@ def fuse(p_text: torch.Tensor, p_image: torch.Tensor, weight: float) -> torch.Te
         p_image.double().clamp_min(1e-12)
     )
     return torch.softmax(logp, dim=-1)
-
-
-def _fuse_image_encoder(pipeline: VisionPipeline, vis: VisualRequest, scored: Scored) -> None:
-    encoder = pipeline.image_encoder
-    vectors = [e.image_vector for e in vis.evidence if e.image_vector is not None]
-    if encoder is None or not vectors:
-        return
-    vec = torch.nn.functional.normalize(torch.stack(vectors).float().mean(0), dim=-1)
-    has_text = any(e.elements for e in vis.evidence)
-    weight = pipeline.clip_weight if has_text else 1.0
-    for qid, probs in scored.probabilities.items():
-        prep = scored.prepared[qid]
-        if prep.type == "noul" and prep.sides != (True, True):
-            continue  # one-sided yes/no has no second text to compare the image with
-        p_image = encoder.distribution(vec.unsqueeze(0), list(prep.texts))[0]
-        scored.probabilities[qid] = fuse(probs, p_image.to(probs.device), weight)
-
-
-def score_requests(
-    engine: DecisionEngine, texts: list[str], requests: list[DecisionRequest]
-) -> list[Scored]:
-    """:meth:`DecisionEngine.score` for requests that may carry images or box questions.
-
-    Box questions are answered from the OCR evidence; every other question goes through
-    ``engine.score`` (one batch), then the optional image encoder is fused in.
-    """
-    from clef_engine.heads.base import Scored
-    from clef_engine.heads.box import locate
-
-    visuals = [visual(engine, r) if has_images(r) else None for r in requests]
-    box_answers: list[dict[str, Any]] = []
-    batch: list[tuple[int, DecisionRequest]] = []
-    for i, request in enumerate(requests):
-        vis = visuals[i]
-        if vis is not None:
-            request = resolve_questions(request, vis)
-        answers: dict[str, Any] = {}
-        for qid, question in request.questions.items():
-            if question.type == "box":
-                if vis is None:
-                    raise InvalidRequestError(
-                        "box questions need an image in the state", field=f"questions.{qid}"
-                    )
-                what = question.instructions_text().strip() or text_beside_images(vis)
-                answers[qid] = locate(engine.scoring_context().embed, what, vis.evidence)
-        box_answers.append(answers)
-        rest = {q: v for q, v in request.questions.items() if q not in answers}
-        if rest:
-            batch.append((i, request.model_copy(update={"questions": rest})))
-    scored_batch = (
-        engine.score([texts[i] for i, _ in batch], [r for _, r in batch]) if batch else []
-    )
-    by_index = {i: s for (i, _), s in zip(batch, scored_batch, strict=True)}
-    pipeline = pipeline_for(engine) if any(v is not None for v in visuals) else None
-    out = []
-    for i, text in enumerate(texts):
-        scored = by_index.get(i)
-        if scored is None:
-            tokens = engine.backbone.count_tokens([text])[0]
-            windows = max(1, math.ceil(tokens / max(1, engine.backbone.max_length)))
-            scored = Scored({}, {}, windows, tokens)
-        elif pipeline is not None and visuals[i] is not None:
-            _fuse_image_encoder(pipeline, visuals[i], scored)  # type: ignore[arg-type]
-        scored.answers = box_answers[i]
-        out.append(scored)
-    return out
-
-
-def needs_vision(requests: list[DecisionRequest]) -> bool:
-    """Whether any request has images or box questions (else plain ``engine.score``)."""
-    return any(
-        has_images(r) or any(q.type == "box" for q in r.questions.values()) for r in requests
-    )
