@@ -31,11 +31,13 @@ from clef_engine.train.losses import (
     ranked_probability_score,
     symmetric_kl,
 )
+from clef_engine.train.recalibrate import CalibrationReport, calibrate
 from clef_engine.train.rl import rl_loss
 from clef_engine.train.trainer import TrainConfig, Trainer, TrainResult
 
 __all__ = [
     "PRESETS",
+    "CalibrationReport",
     "Example",
     "TrainConfig",
     "TrainResult",
@@ -43,6 +45,7 @@ __all__ = [
     "TrainingDataError",
     "TrainingSet",
     "brier",
+    "calibrate",
     "decision_loss",
     "load_data",
     "load_eval_data",

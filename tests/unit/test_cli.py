@@ -208,9 +208,9 @@ def test_calibrate_rebuilds_trained_yes_no_and_score_questions_by_their_wording(
 
     import torch
 
-    from clef_agents.cli.calibrate import _trained_questions
     from clef_engine import Noul, Score
     from clef_engine.heads.option_evidence import HeadConfig, OptionEvidenceHead, question_context
+    from clef_engine.train.recalibrate import trained_questions
 
     trained = {
         "human": Noul(instructions="needs a human?"),
@@ -222,7 +222,7 @@ def test_calibrate_rebuilds_trained_yes_no_and_score_questions_by_their_wording(
     for q in trained.values():
         names = [s.name for s in q.option_specs()]
         head.add_question(str(q.type), names, torch.randn(len(names), 8), question_context(q))
-    rebuilt = _trained_questions(SimpleNamespace(head=SimpleNamespace(module=head)), None)
+    rebuilt = trained_questions(SimpleNamespace(head=SimpleNamespace(module=head)), None)
     assert rebuilt is not None and len(rebuilt) == 4
     for q in rebuilt.values():
         assert head.knows(str(q.type), [s.name for s in q.option_specs()], question_context(q))
