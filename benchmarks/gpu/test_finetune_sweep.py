@@ -1,4 +1,7 @@
-"""The GPU sweep's bookkeeping: run order under a budget and the scoring of ensembles."""
+"""The GPU sweep's bookkeeping: run order under a budget and the scoring of ensembles.
+
+Lab code, so it lives beside the sweep and not in tests/ (the library's suite never imports
+benchmarks/): ``python -m pytest benchmarks/gpu/test_finetune_sweep.py``."""
 
 from __future__ import annotations
 
