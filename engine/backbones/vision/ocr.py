@@ -24,6 +24,7 @@ import importlib.util
 import os
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -118,6 +119,8 @@ class RapidOcr:
         threads: Inference threads; default: the CPUs this process may use.
         runtime: ``"auto"`` (OpenVINO if installed, else ONNX Runtime), ``"openvino"`` or
             ``"onnxruntime"``; see the module docstring.
+        second_pass: Look again, at full resolution, where the ``det_side`` pass found no
+            text but the pixels have text-like strokes (see :func:`missed_text`).
 
     Example:
         >>> ocr = RapidOcr()                                     # doctest: +SKIP
@@ -135,6 +138,7 @@ class RapidOcr:
         rec_min_width: int = DEFAULT_REC_MIN_WIDTH,
         threads: int | None = None,
         runtime: str = "auto",
+        second_pass: bool = True,
     ) -> None:
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}; got {runtime!r}")
@@ -152,6 +156,7 @@ class RapidOcr:
         if threads is None:
             threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
         self.threads = max(1, int(threads))
+        self.second_pass = bool(second_pass)
         self.runtime = runtime
         if runtime == "auto":
             self.runtime = "openvino" if _has_openvino() else "onnxruntime"
@@ -166,6 +171,7 @@ class RapidOcr:
             "det_side": self.det_side,
             "rec_batch": self.rec_batch,
             "rec_min_width": self.rec_min_width,
+            "second_pass": self.second_pass,
         }
 
     def _load(self) -> Any:
@@ -227,15 +233,123 @@ class RapidOcr:
             reducing_gap=2.0,
         )
         boxes, _ = engine.text_det(np.asarray(small))
-        if boxes is None or len(boxes) == 0:
+        found = [] if boxes is None or len(boxes) == 0 else list(np.asarray(boxes) / det_scale)
+        if self.second_pass:
+            more = missed_text(engine, array, found)
+            # A whole line read again replaces the fragment of it the first pass found.
+            found = [f for f in found if not any(_covered(f, [m]) for m in more)] + more
+        if not found:
             return []
-        boxes = (np.asarray(engine.sorted_boxes(boxes)) / det_scale).astype(np.float32)
+        boxes = np.asarray(engine.sorted_boxes(np.asarray(found)), dtype=np.float32)
         recognised, _ = engine.text_rec(engine.get_crop_img_list(array, boxes))
         return [
             (box.tolist(), rec[0], rec[1])
             for box, rec in zip(boxes, recognised, strict=False)
             if float(rec[1]) >= self.min_score
         ]
+
+
+_INK = 24
+"""Morphological-gradient level (grey levels across 3 px) that counts as a stroke: light
+grey 10 px text (#a3adb8 on white) still crosses it."""
+_PAD = 8
+"""Pixels of context around each region the second pass looks at."""
+_MOSAIC_MAX = 0.5
+"""Past this share of the page, the second pass reads the whole page at full resolution."""
+
+
+def ink_regions(
+    array: np.ndarray, covered: Sequence[np.ndarray]
+) -> list[tuple[int, int, int, int]]:
+    """Text-like regions of an RGB page that no box in ``covered`` (4-point quads) holds.
+
+    Strokes are where the morphological gradient crosses :data:`_INK`; found lines are
+    blanked out, the rest is joined horizontally into words, and components shaped like a
+    line of text (7-36 px tall, wider than tall, neither hollow nor solid) are kept.
+    """
+    import cv2
+
+    gray = cv2.cvtColor(array, cv2.COLOR_RGB2GRAY)
+    grad = cv2.morphologyEx(gray, cv2.MORPH_GRADIENT, np.ones((3, 3), np.uint8))
+    ink = (grad > _INK).astype(np.uint8)
+    for quad in covered:
+        xs, ys = quad[:, 0], quad[:, 1]
+        ink[
+            max(0, int(ys.min()) - 2) : int(ys.max()) + 3,
+            max(0, int(xs.min()) - 2) : int(xs.max()) + 3,
+        ] = 0
+    joined = cv2.dilate(ink, np.ones((3, 9), np.uint8))
+    n, _, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
+    out = []
+    for x, y, w, h, _area in stats[1:n]:
+        if not (7 <= h <= 36 and w >= 10 and w >= 0.8 * h):
+            continue
+        density = float(ink[y : y + h, x : x + w].mean())
+        if 0.12 <= density <= 0.8:  # a hollow rectangle, or a filled block, is not text
+            out.append((int(x), int(y), int(x + w), int(y + h)))
+    return out
+
+
+def missed_text(engine: Any, array: np.ndarray, found: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Line boxes (4-point quads, full-resolution pixels) the small-copy detector missed.
+
+    Small or light text (10-11 px grey captions, breadcrumbs, footers) is lost when the
+    detector sees a 0.6x copy. The regions that still have text-like strokes are cut out
+    with some context, stacked into one mosaic and detected once at full resolution, so
+    the second pass costs in proportion to what was missed; past half the page, the whole
+    page is detected again instead.
+    """
+    height, width = array.shape[:2]
+    regions = ink_regions(array, found)
+    if not regions:
+        return []
+    # Regions on overlapping rows share one strip.
+    regions.sort(key=lambda r: r[1])
+    strips: list[list[int]] = []
+    for left, top, right, bottom in regions:
+        top, bottom = max(0, top - _PAD), min(height, bottom + _PAD)
+        left, right = max(0, left - 2 * _PAD), min(width, right + 2 * _PAD)
+        if strips and top <= strips[-1][3]:
+            strip = strips[-1]
+            strip[0], strip[2], strip[3] = (
+                min(strip[0], left),
+                max(strip[2], right),
+                max(strip[3], bottom),
+            )
+        else:
+            strips.append([left, top, right, bottom])
+    gap = 2 * _PAD
+    mosaic_h = sum(b - t for _, t, _, b in strips) + gap * (len(strips) - 1)
+    mosaic_w = max(right - left for left, _, right, _ in strips)
+    if mosaic_h * mosaic_w > _MOSAIC_MAX * height * width:
+        boxes, _ = engine.text_det(array)
+        new = [] if boxes is None else list(np.asarray(boxes, dtype=np.float32))
+    else:
+        mosaic = np.full((mosaic_h, mosaic_w, 3), 255, np.uint8)
+        offsets = []
+        y = 0
+        for left, top, right, bottom in strips:
+            mosaic[y : y + bottom - top, : right - left] = array[top:bottom, left:right]
+            offsets.append((y, y + bottom - top, left - 0, top - y))
+            y += bottom - top + gap
+        boxes, _ = engine.text_det(mosaic)
+        new = []
+        for quad in [] if boxes is None else np.asarray(boxes, dtype=np.float32):
+            cy = float(quad[:, 1].mean())
+            for y0, y1, dx, dy in offsets:
+                if y0 <= cy < y1:
+                    new.append(quad + np.array([dx, dy], np.float32))
+                    break
+    return [q for q in new if not _covered(q, found)]
+
+
+def _covered(quad: np.ndarray, found: Sequence[np.ndarray]) -> bool:
+    """Whether ``quad``'s centre lies in one of the boxes found already."""
+    cx, cy = float(quad[:, 0].mean()), float(quad[:, 1].mean())
+    for f in found:
+        if f[:, 0].min() <= cx <= f[:, 0].max() and f[:, 1].min() <= cy <= f[:, 1].max():
+            return True
+    return False
 
 
 def _has_openvino() -> bool:
