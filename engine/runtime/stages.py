@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from clef_engine.backbones.vision import content
 from clef_engine.backbones.vision import requests as vision
 from clef_engine.backbones.vision.pipeline import VisionPipeline
 from clef_engine.backbones.vision.requests import VisualRequest
@@ -140,8 +141,20 @@ def score_with_images(
         elif reader is not None and vis is not None:
             _fuse_image_encoder(reader, vis, scored)
         scored.answers = box_answers[i]
+        if vis is not None and reader is not None and _no_content(reader, vis):
+            # Nothing readable (a blank or loading page): flat answers, flagged.
+            flat = {q: content.flat_answer(p) for q, p in scored.prepared.items()}
+            scored.answers = {**flat, **{q: content.flag(a) for q, a in scored.answers.items()}}
         out.append(scored)
     return out
+
+
+def _no_content(pipeline: VisionPipeline, vis: VisualRequest) -> bool:
+    """Whether the request's images are all without readable text (see
+    :mod:`clef_engine.backbones.vision.content`)."""
+    return content.no_readable_content(
+        vis.evidence, vision.text_beside_images(vis), pipeline.image_encoder is not None
+    )
 
 
 def _fuse_image_encoder(pipeline: VisionPipeline, vis: VisualRequest, scored: Scored) -> None:
