@@ -26,15 +26,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from clef_agents._shared import default_engine
 from clef_agents.page_types import PAGE_TYPES
 from clef_engine import Box, Choice, DecisionEngine
+from clef_engine.backbones.vision import dom
+from clef_engine.backbones.vision.images import refuse_url
+from clef_engine.backbones.vision.layout import ImageEvidence
 from clef_engine.errors import InvalidRequestError
+from clef_engine.heads import box as box_head
 from clef_engine.schema.answers import BoxAnswer, ChoiceAnswer, DecisionResult
+
+Fetcher = Callable[[str], Any]
+"""``url -> image`` (bytes, PIL, ...) or an awaitable of one, for screenshots given as URLs."""
+_URL = re.compile(r"^(?:https?|ftp)://", re.IGNORECASE)
 
 DEFAULT_QUESTION_ID = "page_type"
 DEFAULT_INSTRUCTIONS = "What kind of web page is shown in this screenshot?"
@@ -125,6 +134,14 @@ class ScreenshotClassifier:
         page_types: A subset of :data:`PAGE_TYPES` names, or your own criteria mapping.
         question_id: The id the question has in results.
         full_page: Screenshot the full scrollable page when given a Playwright page.
+        threads: CPU threads the OCR runs on (default: the CPUs this process may use).
+            The engine's image reader is rebuilt with this many threads when it differs,
+            so it applies to that engine's images; torch's threads stay the process's.
+        fetcher: Called with a URL given as the screenshot (``url -> bytes``, sync or
+            async). Without one, a URL is refused (``InvalidRequestError(field=
+            "screenshot")``): nothing is fetched behind your back.
+        dom: When given a Playwright page, :meth:`locate` uses the page's own geometry
+            and names (its DOM) instead of reading the screenshot; ``False`` reads pixels.
 
     Attributes:
         question: The ``Choice``; use it with ``ClefDecision``/``ClefRouter`` (LangChain)
@@ -144,18 +161,48 @@ class ScreenshotClassifier:
         page_types: Iterable[str] | Mapping[str, Any] | None = None,
         question_id: str = DEFAULT_QUESTION_ID,
         full_page: bool = False,
+        threads: int | None = None,
+        fetcher: Fetcher | None = None,
+        dom: bool = True,
     ) -> None:
+        if threads is not None and (isinstance(threads, bool) or int(threads) < 1):
+            raise InvalidRequestError(f"threads must be at least 1; got {threads}", field="threads")
         self._engine = engine
         self.question = page_type_question(page_types)
         self.question_id = question_id
         self.full_page = full_page
+        self.threads = None if threads is None else int(threads)
+        self.fetcher = fetcher
+        self.dom = dom
         self._prepared = False
+        self._threaded = False
 
     @property
     def engine(self) -> DecisionEngine:
         if self._engine is None:
             self._engine = default_engine()
+        if self.threads is not None and not self._threaded:
+            self._engine.vision = self._engine.vision.with_threads(self.threads)
+            self._threaded = True
         return self._engine
+
+    def _state(self, screenshot: Any) -> Any:
+        if isinstance(screenshot, str) and _URL.match(screenshot.strip()):
+            if self.fetcher is None:
+                raise refuse_url(screenshot.strip(), "screenshot")
+            screenshot = self.fetcher(screenshot.strip())
+            if inspect.isawaitable(screenshot):
+                raise TypeError("an async fetcher: use the async methods (aclassify, ...)")
+        return as_state(screenshot, full_page=self.full_page)
+
+    async def _astate(self, screenshot: Any) -> Any:
+        if isinstance(screenshot, str) and _URL.match(screenshot.strip()):
+            if self.fetcher is None:
+                raise refuse_url(screenshot.strip(), "screenshot")
+            screenshot = self.fetcher(screenshot.strip())
+            if inspect.isawaitable(screenshot):
+                screenshot = await screenshot
+        return await aas_state(screenshot, full_page=self.full_page)
 
     def prepare(self) -> None:
         """Embed the page types and fit the prototype head now (else on first use).
@@ -179,7 +226,7 @@ class ScreenshotClassifier:
     def decide(self, screenshot: Any, extra: Mapping[str, Any] | None = None) -> DecisionResult:
         """The page-type question plus any ``extra`` questions, in one decision."""
         self.prepare()
-        state = as_state(screenshot, full_page=self.full_page)
+        state = self._state(screenshot)
         return self.engine.decide(state, {**self.questions, **(extra or {})})
 
     async def adecide(
@@ -188,7 +235,7 @@ class ScreenshotClassifier:
         """Async :meth:`decide` (async Playwright pages welcome)."""
         if not self._prepared:
             await asyncio.get_running_loop().run_in_executor(None, self.prepare)
-        state = await aas_state(screenshot, full_page=self.full_page)
+        state = await self._astate(screenshot)
         return await self.engine.adecide(state, {**self.questions, **(extra or {})})
 
     def classify(self, screenshot: Any) -> ChoiceAnswer:
@@ -211,7 +258,7 @@ class ScreenshotClassifier:
         states = []
         for shot in screenshots:
             try:
-                states.append(as_state(shot, full_page=self.full_page))
+                states.append(self._state(shot))
             except Exception as exc:
                 if not return_exceptions:
                     raise
@@ -236,19 +283,41 @@ class ScreenshotClassifier:
 
         The box is in fractions (0-1) of the screenshot's height and width, as on the wire;
         ``answer.box.center(width, height)`` is the point to click, in pixels of a
-        ``width`` x ``height`` screenshot (the viewport, unless ``full_page``).
+        ``width`` x ``height`` screenshot (the viewport, unless ``full_page``). Given a
+        Playwright page (and ``dom``), the page's own elements are ranked instead of what
+        OCR reads from its screenshot; such an answer carries ``x_geometry="dom"``.
         """
-        state = as_state(screenshot, full_page=self.full_page)
+        if self.dom and is_page(screenshot) and dom.has_dom(screenshot):
+            if not inspect.iscoroutinefunction(screenshot.evaluate):
+                evidence = dom.page_evidence(screenshot, full_page=self.full_page)
+                found = self._from_dom(evidence, description)
+                if found is not None:
+                    return found
+        state = self._state(screenshot)
         answer = self.engine.decide(state, {"box": Box(instructions=description)}).answers["box"]
         assert isinstance(answer, BoxAnswer)
         return answer
 
     async def alocate(self, screenshot: Any, description: str) -> BoxAnswer:
         """Async :meth:`locate`."""
-        state = await aas_state(screenshot, full_page=self.full_page)
+        if self.dom and is_page(screenshot) and dom.has_dom(screenshot):
+            evidence = await dom.apage_evidence(screenshot, full_page=self.full_page)
+            found = self._from_dom(evidence, description)
+            if found is not None:
+                return found
+        state = await self._astate(screenshot)
         result = await self.engine.adecide(state, {"box": Box(instructions=description)})
         answer = result.answers["box"]
         assert isinstance(answer, BoxAnswer)
+        return answer
+
+    def _from_dom(self, evidence: ImageEvidence, description: str = "") -> BoxAnswer | None:
+        """The box answer from a page's DOM elements (``None``: the DOM had none)."""
+        if not evidence.elements or not description.strip():
+            return None
+        embed = self.engine.scoring_context().embed
+        answer = box_head.locate(embed, description, [evidence])
+        answer.x_geometry = "dom"  # type: ignore[attr-defined]
         return answer
 
 

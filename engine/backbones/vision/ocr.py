@@ -174,6 +174,21 @@ class RapidOcr:
             "second_pass": self.second_pass,
         }
 
+    def with_threads(self, threads: int) -> RapidOcr:
+        """The same reader on ``threads`` CPU threads (``self`` when it already is)."""
+        if int(threads) == self.threads:
+            return self
+        return RapidOcr(
+            max_side=self.max_side,
+            det_side=self.det_side,
+            min_score=self.min_score,
+            rec_batch=self.rec_batch,
+            rec_min_width=self.rec_min_width,
+            threads=threads,
+            runtime=self.runtime,
+            second_pass=self.second_pass,
+        )
+
     def _load(self) -> Any:
         with self._lock:
             if self._engine is None:

@@ -61,6 +61,19 @@ class VisionPipeline:
         self._cache: OrderedDict[str, ImageEvidence] = OrderedDict()
         self._lock = threading.Lock()
 
+    def with_threads(self, threads: int) -> VisionPipeline:
+        """This pipeline with its OCR on ``threads`` CPU threads (``self`` when it already
+        is, or when the OCR engine has no thread setting); the image encoder is shared."""
+        with_threads = getattr(self.ocr, "with_threads", None)
+        if with_threads is None:
+            return self
+        ocr = with_threads(threads)
+        if ocr is self.ocr:
+            return self
+        return VisionPipeline(
+            ocr, self.image_encoder, clip_weight=self.clip_weight, cache_size=self.cache_size
+        )
+
     def config(self) -> dict[str, Any]:
         out: dict[str, Any] = {**self.ocr.config()}
         if self.image_encoder is not None:
