@@ -85,6 +85,18 @@ def register(sub: Any) -> None:
         metavar="DIR",
         help="local HF encoder dir (default: the embedded all-MiniLM-L6-v2)",
     )
+    _add_training_args(p)
+    p.add_argument("--seed", type=_NON_NEGATIVE_COUNT, default=None)
+    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_deprecated_alias(p, "--quiet", "--no-progress")
+    add_threads_arg(p)
+    p.set_defaults(func=run)
+
+
+def _add_training_args(p: argparse.ArgumentParser) -> None:
+    """The recipe and the flags that override it."""
     p.add_argument(
         "--recipe",
         choices=["full", "few-shot", "ensemble"],
@@ -161,13 +173,6 @@ def register(sub: Any) -> None:
         "into OUT/members/ and answer with the mean of their calibrated answers; K times the "
         "training and the backbone passes per decision (default 1; --recipe ensemble: 2)",
     )
-    p.add_argument("--seed", type=_NON_NEGATIVE_COUNT, default=None)
-    p.add_argument("--device", default=None, help="auto (default), cpu, cuda, mps")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_deprecated_alias(p, "--quiet", "--no-progress")
-    add_threads_arg(p)
-    p.set_defaults(func=run)
 
 
 def check_out_dir(path: str) -> None:

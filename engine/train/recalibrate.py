@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -27,10 +27,8 @@ from clef_engine.calibration import Calibrator, fit_calibrator
 from clef_engine.errors import InvalidRequestError
 from clef_engine.heads.memory import MEMORY_FILE
 from clef_engine.runtime import model_dir
+from clef_engine.runtime.engine import DecisionEngine
 from clef_engine.train.data import TrainingDataError, TrainingSet, load_data
-
-if TYPE_CHECKING:
-    from clef_engine.runtime.engine import DecisionEngine
 
 
 @dataclass
@@ -90,46 +88,28 @@ def calibrate(
         questions: ``{id: question}`` for state,question,label data; by default the
             questions the model was trained on.
         text_col, label_col, instructions: As for the training data.
-        histogram: Also fit histogram binning (kept where a 5-fold check lowers ECE).
-        bins: Histogram bins.
+        histogram, bins: Also fit histogram binning with ``bins`` bins (kept where a 5-fold
+            check lowers ECE).
         out: Write a new model dir there instead of updating ``model``.
         dry_run: Measure and fit, save nothing.
-        plot: Write reliability diagrams ``<plot>-before.png`` and ``<plot>-after.png``
-            (the widest option count; needs matplotlib, the ``[eval]`` extra).
+        plot: Write ``<plot>-before.png`` and ``<plot>-after.png`` reliability diagrams
+            (the widest option count; the ``[eval]`` extra).
         device: ``auto``, ``cpu``, ``cuda``, ``mps``.
-        source: Where the calibration says it came from (default: the data's name).
+        source: Where the calibration says it came from (default ``calibrate``).
 
     Raises:
         InvalidRequestError: A bare Hugging Face dir without ``out`` or ``dry_run``, or an
             ``out`` that is a file (``field`` names it).
         TrainingDataError: Unusable data, or no labelled question calibration can fit.
     """
-    from clef_engine.runtime.engine import DecisionEngine
-
     directory = Path(model)
-    if out is not None and Path(out).exists() and not Path(out).is_dir():
-        raise InvalidRequestError(f"{out}: is a file; name a directory", field="out")
-    ours = model_dir.read_config(directory).get("format") == model_dir.FORMAT
-    if not ours and out is None and not dry_run:
-        raise InvalidRequestError(
-            f"{directory} is a bare Hugging Face model dir; pass out=DIR to write a "
-            "clef-agents model dir with the fitted calibration",
-            field="out",
-        )
+    _check_target(directory, out, dry_run)
     engine = DecisionEngine.from_pretrained(directory, device=device)
+    name = str(data) if not isinstance(data, TrainingSet) else data.source or "labelled data"
     if not isinstance(data, TrainingSet):
         asked = questions if questions is not None else trained_questions(engine, instructions)
-        name = str(data)
-        data = load_data(
-            data,
-            questions=asked,
-            text_col=text_col,
-            label_col=label_col,
-            instructions=instructions,
-            strict_labels=asked is not None,
-        )
-    else:
-        name = data.source or "labelled data"
+        columns = {"text_col": text_col, "label_col": label_col, "instructions": instructions}
+        data = load_data(data, questions=asked, strict_labels=asked is not None, **columns)
     memory = getattr(engine.head, "memory", None)
     old = engine.calibrator
     logits, labels, types, rows = _raw_answers(engine, data)
@@ -144,7 +124,7 @@ def calibrate(
         base=old,
         source=f"{source or 'calibrate'} on {name} ({len(labels)} labels)",
     )
-    before, after = _probabilities(old, logits, types), _probabilities(new, logits, types)
+    before, after = (_probabilities(c, logits, types) for c in (old, new))
     report = CalibrationReport(
         labels=len(labels),
         before=_metrics(before, labels),
@@ -157,12 +137,25 @@ def calibrate(
     if memory is not None:
         report.memory = _refit_memory(engine, memory, data, rows, before, after, labels)
         engine.head.memory = memory if memory.questions else None  # type: ignore[attr-defined]
-    if plot is not None:
-        report.diagrams = _plot(report, plot)
+    report.diagrams = None if plot is None else _plot(report, plot)
     if not dry_run:
         engine.calibrator = new
         report.saved = str(_save(engine, directory, new, memory, out))
     return report
+
+
+def _check_target(directory: Path, out: str | Path | None, dry_run: bool) -> None:
+    """Refuse, before any work, an ``out`` that is a file and a bare Hugging Face dir that
+    would be overwritten (it has no clef-agents config to hold a calibration)."""
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise InvalidRequestError(f"{out}: is a file; name a directory", field="out")
+    ours = model_dir.read_config(directory).get("format") == model_dir.FORMAT
+    if not ours and out is None and not dry_run:
+        raise InvalidRequestError(
+            f"{directory} is a bare Hugging Face model dir; pass out=DIR to write a "
+            "clef-agents model dir with the fitted calibration",
+            field="out",
+        )
 
 
 def _raw_answers(
