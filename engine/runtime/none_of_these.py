@@ -2,11 +2,12 @@
 
 A :class:`~clef_engine.schema.questions.Choice` with ``none_of_these`` has one more option,
 ``"none_of_these"``, scored like the others (from its description, and from examples of
-out-of-scope inputs when given: the strong signal). Its margin ``none_below`` adds a rule:
-when the best *other* option's probability is below the margin, the answer is
-``none_of_these``. The probabilities stay a distribution: ``none_of_these`` gets the
-margin (or its own probability, if higher) before the options are renormalised, so it is
-the most probable option; answers the rule does not touch are left exactly as scored.
+out-of-scope inputs when given: the strong signal). Its margin ``none_below`` makes the
+rule explicit: the answer is ``none_of_these`` exactly when the best *other* option's
+probability is below the margin (the examples still shape the probabilities; the margin
+decides). The probabilities stay a distribution: ``none_of_these``'s probability is moved
+to the margin before the options are renormalised, so the answer is the most probable
+option; answers the rule does not change are left exactly as scored.
 
 :func:`fit_none_below` picks the margin on labelled data (rows labelled
 ``"none_of_these"`` are the out-of-scope ones): the largest margin whose in-scope accuracy
@@ -31,7 +32,12 @@ from clef_engine.schema.questions import NONE_OF_THESE, Choice
 
 
 def apply_margin(answer: ChoiceAnswer, below: float) -> bool:
-    """Answer ``none_of_these`` when every other option is below ``below``; in place.
+    """The margin rule, in place: the answer is ``none_of_these`` exactly when every other
+    option's probability is below ``below``.
+
+    ``none_of_these``'s probability is moved to the margin (floored at it when every other
+    option is below it, capped at it when one is not) and the options are renormalised, so
+    the answer stays the most probable option; the others keep their ratios.
 
     Returns:
         Whether the answer changed.
@@ -39,17 +45,20 @@ def apply_margin(answer: ChoiceAnswer, below: float) -> bool:
     probabilities = answer.probabilities
     if NONE_OF_THESE not in probabilities:
         return False
-    best_other = max((p for n, p in probabilities.items() if n != NONE_OF_THESE), default=0.0)
-    if best_other >= below:
-        return False
+    other, best = best_other(probabilities)
     own = probabilities[NONE_OF_THESE]
-    if own > best_other:  # already the answer
-        return False
-    floor = max(own, below)
-    total = 1.0 - own + floor
-    updated = {n: (floor if n == NONE_OF_THESE else p) / total for n, p in probabilities.items()}
+    if best < below:
+        if own > best:  # already the answer
+            return False
+        moved, choice = max(own, below), NONE_OF_THESE
+    else:
+        if own <= best:  # already another option
+            return False
+        moved, choice = min(own, below), other
+    total = 1.0 - own + moved
+    updated = {n: (moved if n == NONE_OF_THESE else p) / total for n, p in probabilities.items()}
     answer.probabilities = updated
-    answer.choice = NONE_OF_THESE
+    answer.choice = choice
     answer.confidence = choice_confidence(list(updated.values()))
     return True
 
@@ -76,27 +85,28 @@ def margin_for_cost(
 ) -> float | None:
     """The largest margin whose in-scope accuracy loss is at most ``max_in_scope_cost``.
 
+    The loss is counted against never answering ``none_of_these`` (each in-scope row
+    answered with its best other option), so the budget covers what the option costs,
+    examples and margin together. Under the rule a row is ``none_of_these`` exactly when its
+    best other option is below the margin, so accuracy only falls as the margin rises, and
+    the largest margin within budget has the most out-of-scope recall.
+
     Args:
         rows: ``(probabilities without the margin, true label)``; a label of
-            ``"none_of_these"`` marks an out-of-scope row.
+            ``"none_of_these"`` marks an out-of-scope row (they do not move the margin).
         max_in_scope_cost: Accuracy (a fraction: 0.01 is one point) the in-scope rows may
-            lose to the rule.
+            lose.
 
     Returns:
-        The margin, or ``None`` when none helps within the budget (no in-scope rows, or
-        the first out-of-scope gain already costs too much).
+        The margin, or ``None`` when there are no in-scope rows or none is right.
     """
     inside = [(p, y) for p, y in rows if y != NONE_OF_THESE]
     if not inside:
         return None
     budget = max_in_scope_cost * len(inside)
-    # Raising the margin past an in-scope row's best other option flips that row to
-    # none_of_these: a loss when the row was right. Accuracy only falls as it rises.
-    flips = sorted(
-        best_other(p)[1]
-        for p, y in inside
-        if max(p, key=p.__getitem__) == y  # right before the rule
-    )
+    # The rows a margin can cost: right by their best other option; each is lost once the
+    # margin passes its probability.
+    flips = sorted(b for p, y in inside for name, b in [best_other(p)] if name == y)
     if not flips:
         return None
     lost = 0

@@ -126,7 +126,7 @@ class Choice(_Question):
 
     Out of scope: ``none_of_these`` adds the option ``"none_of_these"``, taught by
     examples of inputs that fit no option (the strong way) and/or chosen by a margin rule
-    (``none_below``: when the best other option's probability is below it).
+    (``none_below``: exactly when the best other option's probability is below it).
 
     Example:
         >>> q = Choice(criteria=["card_arrival", "exchange_rate"],
@@ -145,8 +145,8 @@ class Choice(_Question):
     list of example inputs that fit none of the options (prototypes, as for any option), or
     ``{"description": ..., "examples": [...]}``."""
     none_below: float | None = None
-    """Margin rule of ``none_of_these``: when the best other option's probability is below
-    this, the answer is ``none_of_these`` (fit it with
+    """Margin rule of ``none_of_these``: the answer is ``none_of_these`` exactly when the
+    best other option's probability is below this (fit it on labelled data with
     :func:`clef_engine.runtime.none_of_these.fit_none_below`)."""
 
     @model_validator(mode="after")

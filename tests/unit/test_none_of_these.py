@@ -78,6 +78,16 @@ def test_margin_leaves_confident_and_already_out_of_scope_answers_alone() -> Non
     assert not apply_margin(plain, 0.9)
 
 
+def test_margin_overrules_none_of_these_when_another_option_reaches_it() -> None:
+    answer = _answer({"a": 0.4, "b": 0.1, NONE: 0.5})
+    assert apply_margin(answer, 0.3)
+    p = answer.probabilities
+    # none_of_these is capped at the margin, then renormalised: 0.3 / (0.5 + 0.3).
+    assert answer.choice == "a" and max(p, key=p.__getitem__) == "a"
+    assert p[NONE] == pytest.approx(0.375) and p["a"] == pytest.approx(0.5)
+    assert sum(p.values()) == pytest.approx(1.0)
+
+
 def test_margin_for_cost_takes_the_largest_margin_within_budget() -> None:
     def row(best: float, label: str) -> tuple[dict[str, float], str]:
         # "a" is the most probable option, with ``best``; the rest share what is left.
