@@ -23,6 +23,8 @@ COMMANDS = [
     "clef_agents.cli.finetune",
     "clef_agents.cli.calibrate",
     "clef_agents.cli.thresholds",
+    "clef_agents.cli.review",
+    "clef_agents.cli.report",
 ]
 """Modules that register a subcommand, in help order."""
 

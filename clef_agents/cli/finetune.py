@@ -47,6 +47,7 @@ examples:
   clef-agents finetune train.csv --label-col category --recipe ensemble \\
       --out out/banking77-ensemble                             # two runs, one model dir
   clef-agents finetune tickets.jsonl --questions questions.json --out out/tickets
+  clef-agents finetune --from-log decisions.sqlite --out out/next   # rows labelled in review
   clef-agents eval test.csv --label-col category --model out/banking77
 """
 
@@ -59,7 +60,13 @@ def register(sub: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("data", help="training data (CSV or JSONL)")
+    p.add_argument("data", nargs="?", help="training data (CSV or JSONL), or --from-log")
+    p.add_argument(
+        "--from-log",
+        metavar="LOG",
+        help="train on the labelled rows of a decision log (see clef-agents review); "
+        "they are written to OUT/from_log/ in the state,question,label layout",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="model dir to write")
     p.add_argument("--questions", metavar="FILE", help="JSON/YAML {id: question}")
     p.add_argument(
@@ -218,6 +225,17 @@ def run(args: argparse.Namespace) -> int:
         sample_per_label,
     )
 
+    if (args.data is None) == (args.from_log is None):
+        raise UsageError("give the training data or --from-log LOG (one of them)")
+    if args.from_log:
+        from clef_agents.decision_log.review import write_training_data
+
+        if args.questions:
+            raise UsageError("--from-log takes the questions from the log; drop --questions")
+        data_file, questions_file, _ = write_training_data(
+            args.from_log, Path(args.out) / "from_log"
+        )
+        args.data, args.questions = str(data_file), str(questions_file)
     questions = load_structured(args.questions) if args.questions else None
     if questions is not None and not isinstance(questions, dict):
         raise UsageError(f"{args.questions}: expected a mapping {{id: question}}")

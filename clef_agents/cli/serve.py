@@ -161,6 +161,7 @@ def register(sub: Any) -> None:
         help="on SIGTERM, how long queued requests may finish; then 503 (default 30)",
     )
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    _add_decision_log_args(p)
     p.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
     p.add_argument("--replicas", type=int, default=1, metavar="N", help="Ray Serve replicas")
     p.add_argument(
@@ -212,6 +213,8 @@ def server_config(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     cfg = server_config(args)
+    if args.ray and args.log_decisions:
+        raise UsageError("--log-decisions records one process's decisions; not with --ray")
     if args.ray:
         from clef_agents.server.ray_serve import run_ray
 
@@ -219,16 +222,64 @@ def run(args: argparse.Namespace) -> int:
         return run_ray(args, cfg)
     import clef_agents.server  # noqa: F401 - fails early with the install line
 
-    engine = build_engine(args)
-    from clef_agents.server.app import create_app
+    log = open_decision_log(args)
+    try:
+        engine = build_engine(args)
+        from clef_agents.server.app import create_app
 
-    app = create_app(engine, cfg)
-    # The model and libraries are long-lived: move them out of the collector's view, so that
-    # full collections under load walk only request garbage, not a million module objects.
-    gc.collect()
-    gc.freeze()
-    serve_app(app, args.host, args.port, cfg, args.log_level)
+        app = create_app(engine, cfg, decision_log=log)
+        # The model and libraries are long-lived: move them out of the collector's view, so
+        # full collections under load walk only request garbage, not a million module objects.
+        gc.collect()
+        gc.freeze()
+        serve_app(app, args.host, args.port, cfg, args.log_level)
+    finally:
+        if log is not None:
+            log.close()  # what is queued is written before the process exits
     return 0
+
+
+def _add_decision_log_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-decisions",
+        metavar="PATH",
+        help="record every answered request in this SQLite decision log (docs/decision_log.md)",
+    )
+    p.add_argument(
+        "--log-state",
+        choices=["full", "hash", "none"],
+        default="full",
+        help="what the decision log keeps of each state (default full)",
+    )
+    p.add_argument(
+        "--log-max-rows", type=number(int, low=1), default=None, metavar="N", help="keep N rows"
+    )
+    p.add_argument(
+        "--log-max-age-days",
+        type=number(float, low=0, low_open=True),
+        default=None,
+        metavar="D",
+        help="delete logged decisions older than D days",
+    )
+
+
+def open_decision_log(args: argparse.Namespace) -> Any:
+    """The :class:`DecisionLog` that ``--log-decisions`` asks for, or ``None``."""
+    if not args.log_decisions:
+        for flag in ("log_max_rows", "log_max_age_days"):
+            if getattr(args, flag) is not None:
+                name = "--" + flag.replace("_", "-")
+                raise UsageError(f"{name} limits the decision log; give --log-decisions too")
+        return None
+    from clef_agents.decision_log import DecisionLog
+
+    age = args.log_max_age_days
+    return DecisionLog(
+        args.log_decisions,
+        state=args.log_state,
+        max_rows=args.log_max_rows,
+        max_age_s=None if age is None else age * 86400.0,
+    )
 
 
 def url(host: str, port: int) -> str:

@@ -13,6 +13,7 @@ See docs/decision_log.md.
 from __future__ import annotations
 
 from clef_agents.decision_log.engine import LoggedEngine
+from clef_agents.decision_log.export import export_parquet
 from clef_agents.decision_log.log import STATE_POLICIES, DecisionLog
 from clef_agents.decision_log.store import Decision, DecisionLogError, read_decisions
 
@@ -22,5 +23,6 @@ __all__ = [
     "DecisionLog",
     "DecisionLogError",
     "LoggedEngine",
+    "export_parquet",
     "read_decisions",
 ]

@@ -81,6 +81,7 @@ class ServerState:
             max_queue=config.max_queue,
             observer=self.metrics,
         )
+        self.decision_log: Any | None = None
         self.draining = False
         self.inflight = 0
         self.admitted = 0  # in flight with their whole body received (the admission count)
@@ -198,6 +199,7 @@ class _Frame:
             return
         state = self.state
         request_id = f"req_{uuid.uuid4().hex}"
+        scope["clef_request_id"] = request_id  # the decision log records it
         path = scope.get("path", "")
         route = path if path in ROUTES else "other"
         started = time.perf_counter()
@@ -341,6 +343,11 @@ def _check_model(state: ServerState, payload: Mapping[str, Any]) -> None:
         )
 
 
+def _request_id(request: Request) -> str | None:
+    rid = request.scope.get("clef_request_id")
+    return None if rid is None else str(rid)
+
+
 def _wire(state: ServerState, result: Any) -> dict[str, Any]:
     wire: dict[str, Any] = result.to_wire()
     wire["model"] = state.model_name
@@ -355,6 +362,7 @@ def create_app(
     config: ServerConfig | None = None,
     *,
     batcher: Any | None = None,
+    decision_log: Any | None = None,
 ) -> FastAPI:
     """Build the HTTP app around ``engine`` (a :class:`~engine.DecisionEngine` or lookalike).
 
@@ -364,9 +372,12 @@ def create_app(
         config: Batching, admission and auth settings.
         batcher: Replaces the micro-batcher (Ray Serve passes its own); needs
             ``start()``, ``stop(timeout_s)``, ``submit(items)`` and ``depth``.
+        decision_log: A :class:`~clef_agents.decision_log.DecisionLog` that records each
+            answered request with its ``x-typesafe-request-id`` (``#i`` per batch item).
     """
     cfg = (config or ServerConfig()).validate()
     state = ServerState(engine, cfg, batcher)
+    state.decision_log = decision_log
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
@@ -414,6 +425,8 @@ def create_app(
         [slot] = await until_disconnected(state.batcher.submit([decision]), request)
         if isinstance(slot, BaseException):
             raise engine_error(slot)
+        if state.decision_log is not None:
+            state.decision_log.record(decision, None, slot, request_id=_request_id(request))
         state.metrics.decisions.inc()
         return _json(200, _wire(state, slot))
 
@@ -463,6 +476,11 @@ def create_app(
             else []
         )
         slots = items.fill(answered)
+        if state.decision_log is not None and items.pending:
+            rid = _request_id(request)
+            state.decision_log.record_many(
+                items.pending, None, answered, [f"{rid}#{i}" for i in items.indexes]
+            )
         results: list[dict[str, Any]] = []
         tokens = 0
         for i, slot in enumerate(slots):
