@@ -18,6 +18,9 @@ import torch
 
 from clef_engine.train.forward import ModelForward
 
+CHECKPOINT_DIR = "checkpoint"
+"""Where a run keeps its checkpoints, inside the output dir (an ensemble: one per member)."""
+
 
 class CheckpointState(ModelForward):
     """Copies, restores and checkpoints the trained weights."""

@@ -34,22 +34,20 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from clef_engine.backbones import PACKAGED
 from clef_engine.calibration.temperature import Calibrator
 from clef_engine.runtime.model_dir import CONFIG, ENSEMBLE_DIR, FORMAT, FORMAT_VERSION
-from clef_engine.train.config import TrainResult
+from clef_engine.train.checkpoint import CHECKPOINT_DIR
+from clef_engine.train.config import TrainConfig, TrainResult
 from clef_engine.train.data import TrainingSet, split_indices
 from clef_engine.train.forward import _ece_after
-
-if TYPE_CHECKING:
-    from clef_engine.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -58,25 +56,43 @@ HELD_OUT = "held_out.pt"
 that ``resume=True`` does not train a finished member again."""
 
 
+class MemberTrainer(Protocol):
+    """What trains one member (a :class:`~clef_engine.train.trainer.Trainer`)."""
+
+    held_out: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    """After :meth:`fit`: its calibrated answers and labels on its validation split."""
+
+    def fit(
+        self,
+        data: TrainingSet,
+        out: str | Path,
+        *,
+        resume: bool = False,
+        unlabeled: Sequence[str] | None = None,
+    ) -> TrainResult:
+        """Train on ``data`` and write a model dir to ``out``."""
+        ...
+
+
 def fit_ensemble(
-    trainer: Trainer,
+    config: TrainConfig,
     data: TrainingSet,
     out: Path,
     *,
+    make_member: Callable[[TrainConfig], MemberTrainer],
     resume: bool = False,
     unlabeled: Sequence[str] | None = None,
 ) -> TrainResult:
-    """Train ``trainer.config.ensemble`` members into ``out/members/<i>``, score their mean
+    """Train ``config.ensemble`` members into ``out/members/<i>``, score their mean
     on the states all of them held out and write ``out/config.json``; see the module
-    docstring.
+    docstring. ``make_member`` builds the trainer of one member from its config (the
+    trainer passes itself, so that this module does not import it).
 
     With ``resume=True`` a member that finished with the same recipe on the same states
     (and unlabelled states) is kept, and an interrupted one continues from its checkpoint.
     """
-    from clef_engine.train.trainer import CHECKPOINT_DIR, Trainer
-
     started = time.perf_counter()
-    cfg = trainer.config
+    cfg = config
     checkpoint = out / CHECKPOINT_DIR
     member_configs = [
         replace(cfg, ensemble=1, seed=cfg.seed + i, model_name=None) for i in range(cfg.ensemble)
@@ -108,7 +124,7 @@ def fit_ensemble(
                 members.append(TrainResult(directory, **kept["result"]))
                 continue
             log.warning("ensemble member %d was trained with another recipe; training it again", i)
-        member = Trainer(member_cfg, backbone=trainer._backbone_arg)
+        member = make_member(member_cfg)
         result = member.fit(data, directory, resume=resume, unlabeled=unlabeled)
         if not member.held_out:
             raise RuntimeError(f"ensemble member {i} kept no answers on the validation split")

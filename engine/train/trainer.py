@@ -75,9 +75,10 @@ from clef_engine.heads.option_evidence import (
 )
 from clef_engine.heads.zero_shot import option_texts
 from clef_engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
-from clef_engine.train.checkpoint import CheckpointState
+from clef_engine.train.checkpoint import CHECKPOINT_DIR, CheckpointState
 from clef_engine.train.config import HEADS, MAX_RANK, TrainConfig, TrainResult
 from clef_engine.train.data import TrainingDataError, TrainingSet, split
+from clef_engine.train.ensemble import fit_ensemble
 from clef_engine.train.few_shot import CONTRASTIVE_CHUNK, FewShotStages
 from clef_engine.train.forward import _ece_after
 from clef_engine.train.losses import decision_loss
@@ -93,7 +94,6 @@ TARGETS = (
     ("q", "k", "v", "o"),  # T5
     ("q_lin", "k_lin", "v_lin", "out_lin"),  # DistilBERT
 )
-CHECKPOINT_DIR = "checkpoint"
 __all__ = [
     "CHECKPOINT_DIR",
     "CONTRASTIVE_CHUNK",
@@ -284,9 +284,14 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         pool = None if unlabeled is None else self._unlabeled_pool(data, unlabeled)
         out.mkdir(parents=True, exist_ok=True)
         if cfg.ensemble > 1:
-            from clef_engine.train.ensemble import fit_ensemble
-
-            return fit_ensemble(self, data, out, resume=resume, unlabeled=unlabeled)
+            return fit_ensemble(
+                cfg,
+                data,
+                out,
+                make_member=lambda member: Trainer(member, backbone=self._backbone_arg),
+                resume=resume,
+                unlabeled=unlabeled,
+            )
         train, val = split(data, cfg.val_fraction, seed=cfg.seed)
         checkpoint = out / CHECKPOINT_DIR
         validation: dict[str, float] = {}
