@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import random
 import time
 from collections import defaultdict
@@ -33,6 +34,7 @@ from clef_engine.calibration.metrics import (
     negative_log_likelihood,
 )
 from clef_engine.errors import InvalidRequestError
+from clef_engine.protocol import Engine
 from clef_engine.schema.questions import Choice
 
 QUESTION_ID = "label"
@@ -158,16 +160,159 @@ class EvalReport:
     batch_size: int
     probabilities: np.ndarray = field(repr=False)
     label_index: np.ndarray = field(repr=False)
+    abstained: list[bool | None] = field(default_factory=list, repr=False)
+    """Per row, the answer's ``x_abstained`` (``None`` when the engine has no saved
+    threshold for the question)."""
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
-        data.pop("probabilities")
-        data.pop("label_index")
+        for key in ("probabilities", "label_index", "abstained"):
+            data.pop(key)
+        at = decided_at_precision(self.probabilities, self.label_index, AUTOMATIC_PRECISION)
+        data["decided_at_95_precision"] = at["coverage"]
+        data["threshold_at_95_precision"] = at["threshold"]
+        flags = [a for a in self.abstained if a is not None]
+        if flags:  # the engine's saved thresholds, on this data
+            kept = [not a for a in self.abstained]
+            right = self.probabilities.argmax(1) == self.label_index
+            data["saved_thresholds_decided"] = sum(kept) / len(kept)
+            data["saved_thresholds_precision"] = (
+                float(right[np.array(kept)].mean()) if any(kept) else math.nan
+            )
         return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in data.items()}
 
 
+def prediction_rows(
+    texts: Sequence[str], labels: Sequence[str], report: EvalReport, question: Choice
+) -> list[dict[str, Any]]:
+    """One record per evaluated row, for auditing: ``text``, ``label``, ``prediction``,
+    ``correct``, ``probabilities`` (every option), ``probability`` (of the prediction),
+    ``confidence`` (the reference confidence) and ``abstained`` (``None`` without saved
+    thresholds)."""
+    from clef_engine.schema.answers import choice_confidence
+
+    names = [s.name for s in question.option_specs()]
+    out = []
+    for i, (text, label) in enumerate(zip(texts, labels, strict=True)):
+        row = report.probabilities[i]
+        best = int(row.argmax())
+        out.append(
+            {
+                "text": text,
+                "label": label,
+                "prediction": names[best],
+                "correct": names[best] == label,
+                "probabilities": {n: round(float(v), 6) for n, v in zip(names, row, strict=True)},
+                "probability": round(float(row[best]), 6),
+                "confidence": round(choice_confidence(row.tolist()), 6),
+                "abstained": report.abstained[i] if i < len(report.abstained) else None,
+            }
+        )
+    return out
+
+
+AUTOMATIC_PRECISION = 0.95
+"""The precision of the headline "decided automatically" figure."""
+
+
+def decided_at_precision(probs: Any, label_index: Any, precision: float) -> dict[str, Any]:
+    """The largest share of rows whose top probability clears one threshold and whose
+    answers are at least ``precision`` accurate: ``{"coverage", "threshold", "accuracy"}``
+    (measured on these rows; fit a threshold on other data to use it,
+    :func:`clef_engine.runtime.thresholds.fit_thresholds`)."""
+    from clef_engine.runtime.thresholds import fit_threshold
+
+    p = np.asarray(probs, dtype=np.float64)
+    right = (p.argmax(1) == np.asarray(label_index)).tolist()
+    t = fit_threshold(p.max(1).tolist(), right, target_precision=precision)
+    return {
+        "coverage": t.coverage,
+        "threshold": t.threshold if t.reachable else None,
+        "accuracy": None if math.isnan(t.precision) else t.precision,
+    }
+
+
+def coverage_curve(probs: Any, label_index: Any, points: int = 100) -> list[dict[str, Any]]:
+    """Accuracy of the most confident rows against their share (the coverage).
+
+    For coverage ``k/points`` (k = 1..points): the threshold that keeps that share of the
+    rows (their least top probability), the share actually kept (ties are kept together)
+    and the accuracy of the rows kept. Read it from the right: at coverage 1 every row is
+    decided; moving left, the threshold rises and the accuracy with it.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    y = np.asarray(label_index)
+    if p.ndim != 2 or len(p) != len(y) or not len(p):
+        raise ValueError(f"probs must be [N, C] and labels [N], N > 0; got {p.shape}, {y.shape}")
+    top = p.max(1)
+    right = p.argmax(1) == y
+    order = np.argsort(-top, kind="stable")
+    top, right = top[order], right[order]
+    n = len(top)
+    out = []
+    for k in sorted({max(1, math.ceil(n * i / points)) for i in range(1, points + 1)}):
+        t = top[k - 1]
+        kept = int(np.searchsorted(-top, -t, side="right"))  # ties with the k-th kept too
+        out.append(
+            {
+                "threshold": round(float(t), 6),
+                "coverage": round(kept / n, 6),
+                "accuracy": round(float(right[:kept].mean()), 6),
+                "n": kept,
+            }
+        )
+    return out
+
+
+def coverage_plot(
+    curve: Sequence[dict[str, Any]],
+    path: str | Path,
+    *,
+    title: str = "Coverage",
+    precision: float = AUTOMATIC_PRECISION,
+) -> Path:
+    """Write the accuracy-coverage curve as an image (the reliability diagram's style;
+    needs matplotlib: ``pip install 'clef-agents[eval]'``)."""
+    from clef_engine.errors import require
+
+    require("matplotlib", package="matplotlib", extra="eval", feature="coverage plots")
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    coverage = [c["coverage"] for c in curve]
+    accuracy = [c["accuracy"] for c in curve]
+    fig, ax = plt.subplots(figsize=(4.5, 4.5), dpi=110)
+    ax.plot(coverage, accuracy, "-", color="C0", label="accuracy of the decided rows")
+    ax.axhline(precision, linestyle="--", color="gray", label=f"{precision:.0%} precision")
+    reached = [c for c in curve if c["accuracy"] >= precision]
+    if reached:
+        best = max(reached, key=lambda c: c["coverage"])
+        ax.plot([best["coverage"]], [best["accuracy"]], "o", color="C3")
+        ax.annotate(
+            f"{best['coverage']:.0%} decided\n(p >= {best['threshold']:.2f})",
+            (best["coverage"], best["accuracy"]),
+            textcoords="offset points",
+            xytext=(-10, -30),
+            ha="right",
+        )
+    ax.set_xlim(0, 1)
+    ax.set_ylim(min(0.5, min(accuracy) - 0.05), 1.005)
+    ax.set_xlabel("coverage (share decided automatically)")
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"{title}\nfull coverage: {accuracy[-1]:.3f}, n={curve[-1]['n']}")
+    ax.legend(loc="lower left")
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
 def evaluate(
-    engine: Any,
+    engine: Engine,
     texts: Sequence[str],
     labels: Sequence[str],
     question: Choice,
@@ -182,7 +327,7 @@ def evaluate(
     """
     if not texts:
         raise InvalidRequestError("nothing to evaluate", field="data")
-    names = list(question.criteria)
+    names = [s.name for s in question.option_specs()]  # none_of_these included
     index = {n: i for i, n in enumerate(names)}
     unknown = sorted(set(labels) - set(index))
     if unknown:
@@ -193,6 +338,7 @@ def evaluate(
     questions = {QUESTION_ID: question}
     engine.prepare_question(question)  # fit prototypes once, outside the timed loop
     probs = np.zeros((len(texts), len(names)))
+    abstained: list[bool | None] = []
     latencies: list[float] = []
     bar = None
     if progress:
@@ -211,6 +357,7 @@ def evaluate(
         for j, result in enumerate(results):
             answer = result.answers[QUESTION_ID]
             probs[start + j] = [answer.probabilities[n] for n in names]
+            abstained.append(getattr(answer, "x_abstained", None))
         if bar is not None:
             bar.update(len(chunk))
     if bar is not None:
@@ -229,4 +376,5 @@ def evaluate(
         batch_size=batch_size,
         probabilities=probs,
         label_index=y,
+        abstained=abstained,
     )

@@ -28,6 +28,7 @@ EPILOG = """examples:
   clef-agents eval test.csv --text-col text --label-col category
   clef-agents eval test.csv --text-col text --label-col category \\
       --examples-per-label 10 --train train.csv --plot reliability.png
+  clef-agents eval test.csv --label-col category --predictions rows.jsonl
 """
 
 
@@ -83,7 +84,14 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--plot",
         metavar="PNG",
-        help="write a reliability diagram here (checked before evaluating; .png, .svg, .pdf)",
+        help="write a reliability diagram here (checked before evaluating; .png, .svg, .pdf), "
+        "and beside it the accuracy-coverage curve: NAME-coverage.png and NAME-coverage.json",
+    )
+    p.add_argument(
+        "--predictions",
+        metavar="JSONL",
+        help="write one line per row: text, label, prediction, correct, probabilities, "
+        "probability, confidence, abstained (checked before evaluating)",
     )
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -136,6 +144,14 @@ def check_plot_path(path: str) -> None:
     check_writable(path, "--plot")
 
 
+def coverage_paths(plot: str) -> tuple[Path, Path]:
+    """Where ``--plot NAME.png`` puts the coverage curve: ``NAME-coverage.png`` (same image
+    type) and ``NAME-coverage.json``."""
+    p = Path(plot)
+    stem = p.with_suffix("")
+    return Path(f"{stem}-coverage{p.suffix}"), Path(f"{stem}-coverage.json")
+
+
 def which_head(engine: Any, question: Any, labels: Sequence[str]) -> tuple[str, str | None]:
     """``("trained" | "zero_shot", why)``: which head answers ``question``, and, when a
     fine-tuned model falls back to zero-shot, how the question differs from its trained ones.
@@ -175,15 +191,24 @@ def _few(names: list[str], k: int = 5) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from clef_engine.evaluation import (
+        AUTOMATIC_PRECISION,
         columns,
+        coverage_curve,
+        coverage_plot,
+        decided_at_precision,
         evaluate,
         label_question,
+        prediction_rows,
         read_records,
         sample_examples,
     )
 
     if args.plot:
         check_plot_path(args.plot)
+        for path in coverage_paths(args.plot):
+            check_writable(str(path), "--plot")
+    if args.predictions:
+        check_writable(args.predictions, "--predictions")
     texts, labels = columns(read_records(args.data), args.text_col, args.label_col, args.data)
     all_labels = sorted(set(labels))
     examples = None
@@ -229,6 +254,29 @@ def run(args: argparse.Namespace) -> int:
             title=f"{Path(args.data).name} ({engine.model_version})",
         )
         summary["plot"] = args.plot
+        png, data = coverage_paths(args.plot)
+        curve = coverage_curve(report.probabilities, report.label_index)
+        coverage_plot(curve, png, title=f"{Path(args.data).name} ({engine.model_version})")
+        at = decided_at_precision(report.probabilities, report.label_index, AUTOMATIC_PRECISION)
+        data.write_text(
+            json.dumps(
+                {
+                    "model_version": engine.model_version,
+                    "data": args.data,
+                    "n": report.n,
+                    "at_95_precision": at,
+                    "curve": curve,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        summary["coverage_plot"], summary["coverage_json"] = str(png), str(data)
+    if args.predictions:
+        with open(args.predictions, "w", encoding="utf-8") as fh:
+            for row in prediction_rows(texts, labels, report, question):
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        summary["predictions"] = args.predictions
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
