@@ -541,26 +541,3 @@ def finish(engine: Any, requests: Sequence[Any], results: Sequence[DecisionResul
         if apply_margins(request.questions, result.answers):
             result.x_top_probability = {q: a.top_probability() for q, a in result.answers.items()}
         annotate(thresholds, request.questions, result.answers)
-
-
-def saved_threshold(engine: Any, question: Any) -> float | None:
-    """The threshold ``engine`` saved for ``question`` (``None``: no saved thresholds, or
-    none that covers it). Confidence gates use it when no ``min_confidence`` is given."""
-    thresholds = getattr(engine, "thresholds", None)
-    return None if thresholds is None else thresholds.threshold_for(question)
-
-
-def gate_threshold(answer: Answer, min_confidence: float | None) -> float | None:
-    """The threshold a confidence gate applies to ``answer``: ``min_confidence`` when one
-    is given, else the saved threshold the answer carries (``x_threshold``), else ``None``
-    (no gate)."""
-    if min_confidence is not None:
-        return float(min_confidence)
-    return getattr(answer, "x_threshold", None)
-
-
-def below_gate(answer: Answer, min_confidence: float | None) -> bool:
-    """Whether a gate should send ``answer`` to its default: its top probability is below
-    :func:`gate_threshold` (never, when there is none)."""
-    t = gate_threshold(answer, min_confidence)
-    return t is not None and answer.top_probability() < t

@@ -17,13 +17,10 @@ from clef_engine.errors import InvalidRequestError, ModelLoadError
 from clef_engine.runtime.thresholds import (
     THRESHOLDS_FILE,
     Thresholds,
-    below_gate,
     fit_rows,
     fit_threshold,
     fit_thresholds,
-    gate_threshold,
     question_key,
-    saved_threshold,
 )
 from clef_engine.schema.answers import ChoiceAnswer
 
@@ -169,26 +166,38 @@ def _answer(p: float, **extra: Any) -> ChoiceAnswer:
     )
 
 
-def test_gate_prefers_an_explicit_min_confidence_then_the_saved_threshold() -> None:
-    saved = _answer(0.7, x_threshold=0.8, x_abstained=True)
-    assert gate_threshold(saved, None) == 0.8 and below_gate(saved, None)
-    assert gate_threshold(saved, 0.6) == 0.6 and not below_gate(saved, 0.6)
-    assert gate_threshold(saved, 0.0) == 0.0  # an explicit 0 switches the gate off
-    plain = _answer(0.7)
-    assert gate_threshold(plain, None) is None and not below_gate(plain, None)
-
-
 def test_fake_engine_answers_carry_the_saved_threshold() -> None:
     fake = FakeEngine(fixed={"r": "billing"}, fixed_probability=0.6)
     assert "x_abstained" not in fake.decide("x", {"r": ROUTE}).to_wire()["answers"]["r"]
     fake.thresholds = fit_rows(_rows(ROUTE, 20, 0.65), target_precision=1.0, min_rows=5)
-    t = saved_threshold(fake, ROUTE)
+    t = fake.thresholds.threshold_for(ROUTE)
     assert t is not None and 0.6 < t < 0.7
     wire = fake.decide("x", {"r": ROUTE}).to_wire()["answers"]["r"]
     assert wire["x_abstained"] is True and wire["x_threshold"] == t
     fake.fixed_probability = 0.9
     wire = fake.decide("x", {"r": ROUTE}).to_wire()["answers"]["r"]
     assert wire["x_abstained"] is False
+
+
+def test_a_router_without_min_confidence_follows_the_saved_threshold() -> None:
+    pytest.importorskip("langchain_core")
+    from clef_agents.langchain import ClefRouter
+
+    fake = FakeEngine(fixed={"route": "billing"}, fixed_probability=0.6)
+    fake.thresholds = fit_rows(_rows(ROUTE, 20, 0.65), target_precision=1.0, min_rows=5)
+    router = ClefRouter(
+        ROUTE,
+        routes={"billing": lambda x: "B", "tech": lambda x: "T", "sales": lambda x: "S"},
+        default=lambda x: "human",
+        engine=fake,
+        return_decision=True,
+    )
+    for probability in (0.6, 0.9):
+        fake.fixed_probability = probability
+        out = router.invoke("anything")
+        abstained = out["decision"].answers["route"].x_abstained
+        assert abstained is (probability == 0.6)
+        assert out["output"] == ("human" if abstained else "B")
 
 
 def test_fit_thresholds_on_a_csv_reaches_its_target(tmp_path: Path) -> None:
