@@ -90,7 +90,8 @@ def register(sub: Any) -> None:
         "--backbone",
         default=None,
         metavar="DIR",
-        help="local HF encoder dir (default: the embedded all-MiniLM-L6-v2)",
+        help="local HF encoder dir, or packaged:general to start from the general decision "
+        "model (default: the embedded all-MiniLM-L6-v2)",
     )
     _add_training_args(p)
     p.add_argument("--seed", type=_NON_NEGATIVE_COUNT, default=None)

@@ -140,6 +140,8 @@ class EncoderBackbone:
             self.directory, self.reference = resolve_path(path)
             self.model, self.tokenizer = self._load(self.directory)
         self.name = Path(self.reference).name if self.directory else self.reference
+        self.base: str | None = None
+        """What was merged into the weights after loading (``"general@<digest>"``)."""
         if self.reference == PACKAGED:
             self.name = "all-MiniLM-L6-v2"
         self.hidden_size = int(self.model.config.hidden_size)
@@ -256,7 +258,14 @@ class EncoderBackbone:
         return self
 
     def config(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": self.reference, "max_length": self.max_length}
+        config: dict[str, Any] = {
+            "kind": self.kind,
+            "path": self.reference,
+            "max_length": self.max_length,
+        }
+        if self.base is not None:  # an adapter merged into these weights (the general model)
+            config["base"] = self.base
+        return config
 
 
 INT8_KEEP_FP32 = re.compile(r"(?:^|\.)(?:layer\.[01]\.output\.dense|layers\.[01]\.mlp\.down_proj)$")

@@ -59,7 +59,11 @@ def is_prompted(data: dict[str, Any]) -> bool:
 
 def adapt_backbone(backbone: Any, directory: Path, quantize: str | None) -> str:
     """Merge ``directory/adapter`` into the encoder ``backbone`` (built unquantized), then
-    quantize it to int8 if asked; returns a digest of the adapter weights."""
+    quantize it to int8 if asked; returns a digest of the adapter weights.
+
+    The backbone remembers what was merged (``backbone.base = "general@<digest>"``, part of
+    its ``config()``), so a model dir saved from it, or fine-tuned on it, loads on the same
+    weights (:func:`check_base`)."""
     from clef_engine.backbones.adapter import ADAPTER_DIR, merge_lora
 
     adapter = directory / ADAPTER_DIR
@@ -71,5 +75,66 @@ def adapt_backbone(backbone: Any, directory: Path, quantize: str | None) -> str:
             raise ValueError("quantize: only 'int8' on the CPU is supported")
         backbone.model = _quantize_int8(backbone.model)
         backbone.quantize = "int8"
-    digest = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes())
-    return digest.hexdigest()[:16]
+    digest = _adapter_digest(adapter)
+    backbone.base = f"{BASE}@{digest}"
+    return digest
+
+
+BASE = "general"
+"""The name a backbone's ``config()["base"]`` gives the general model's merged adapter."""
+REFERENCE = "packaged:general"
+"""``Trainer(backbone=...)`` / ``clef-agents finetune --backbone``: start from the general
+model (the packaged MiniLM with the general adapter merged) instead of the bare MiniLM."""
+
+
+def _adapter_digest(adapter: Path) -> str:
+    return hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()[:16]
+
+
+def base_tag() -> str:
+    """``"general@<digest>"`` of the general adapter this install ships."""
+    from clef_engine.backbones.adapter import ADAPTER_DIR
+
+    return f"{BASE}@{_adapter_digest(GENERAL_DIR / ADAPTER_DIR)}"
+
+
+def general_backbone(device: Any = None, dtype: Any = None) -> Any:
+    """The packaged encoder with the general adapter merged (fp32 unless ``dtype``): the
+    starting point of a fine-tune from the general model."""
+    from clef_engine.backbones import load_backbone
+
+    backbone = load_backbone("encoder", None, device=device, dtype=dtype)
+    adapt_backbone(backbone, GENERAL_DIR, None)
+    return backbone
+
+
+def check_base(value: Any, where: Path, path: str) -> str | None:
+    """The ``backbone.base`` entry of a model dir's config.json: ``None`` (the backbone as
+    it is on disk) or the general adapter of this very install, on the packaged encoder.
+
+    Raises:
+        ModelLoadError: naming ``backbone.base`` when the entry is malformed, names another
+            base, or was saved with another version of the general adapter (the answers
+            would silently differ).
+    """
+    from clef_engine.backbones import PACKAGED
+
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith(f"{BASE}@"):
+        raise ModelLoadError(
+            f"{where}: field 'backbone.base' is {value!r}; known bases: '{BASE}@<digest>'"
+        )
+    if path != PACKAGED:
+        raise ModelLoadError(
+            f"{where}: field 'backbone.base' is {value!r}, which sits on the packaged encoder "
+            f"only; but backbone.path is {path!r}"
+        )
+    shipped = base_tag()
+    if value != shipped:
+        raise ModelLoadError(
+            f"{where}: field 'backbone.base' is {value!r}, but this install ships {shipped!r}; "
+            "the model was saved with another release's general model: install that release, "
+            "or fine-tune again"
+        )
+    return value

@@ -32,6 +32,7 @@ from clef_engine.backbones import BACKBONES, PACKAGED
 from clef_engine.backbones.adapter import ADAPTER_DIR
 from clef_engine.calibration.temperature import Calibrator
 from clef_engine.errors import ClefError, ModelLoadError
+from clef_engine.runtime import general
 from clef_engine.runtime.general import is_prompted
 
 if TYPE_CHECKING:
@@ -177,6 +178,8 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
             where, "backbone.kind", f"is {kind!r}; known kinds: {', '.join(sorted(BACKBONES))}"
         )
     path = backbone_path(directory, backbone.pop("path", PACKAGED), where)
+    # Saved from the general model, or fine-tuned on it: its adapter is merged first.
+    base = general.check_base(backbone.pop("base", None), where, path)
     head = data.get("head")
     if head is not None and not isinstance(head, dict):
         raise bad_field(where, "head", f"must be an object; got {head!r}")
@@ -190,7 +193,7 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
     if kwargs.get("quantize") == "int8" and "calibration_int8" in data:
         field = "calibration_int8"
     calibrator = read_calibrator({"calibration": data.get(field)}, where)
-    if "backbone" not in kwargs and not trained:
+    if "backbone" not in kwargs and not trained and base is None:
         rebuilt = _rebuild_backbone(kind, path, backbone, kwargs, where)
         if rebuilt is not None:
             kwargs["backbone"] = rebuilt
@@ -199,7 +202,10 @@ def load(cls: type[DecisionEngine], directory: Path, **kwargs: Any) -> DecisionE
     if "model_name" in data:
         kwargs.setdefault("model_name", data["model_name"])
     if trained:
-        return _load_trained(cls, directory, data, kind, path, kwargs)
+        return _load_trained(cls, directory, data, kind, path, kwargs, base=base)
+    if base is not None:  # the general model itself, saved with its calibration
+        kwargs.setdefault("scorer", "general")
+        return cls(**kwargs)
     engine = cls(path=path, **kwargs)
     adapter = directory / "adapter"
     if adapter.is_dir() and hasattr(engine.backbone, "load_adapter"):
@@ -272,8 +278,10 @@ def _load_trained(
     kind: str,
     path: str,
     kwargs: dict[str, Any],
+    base: str | None = None,
 ) -> DecisionEngine:
-    """A fine-tuned model: LoRA merged into the backbone, the trained head on top."""
+    """A fine-tuned model: LoRA merged into the backbone, the trained head on top (on the
+    general model's weights when ``base`` says it was fine-tuned from them)."""
     from clef_engine.backbones import load_backbone
     from clef_engine.backbones.adapter import merge_lora
     from clef_engine.heads.memory import ExampleMemory
@@ -284,6 +292,8 @@ def _load_trained(
     device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
     quantize = kwargs.pop("quantize", None)
     backbone = load_backbone(kind, path, device=device, dtype=dtype)
+    if base is not None:
+        general.adapt_backbone(backbone, general.GENERAL_DIR, None)
     if (directory / ADAPTER_DIR).is_dir():
         merge_lora(backbone.model, directory / ADAPTER_DIR)  # type: ignore[attr-defined]
     if quantize is not None:
@@ -307,7 +317,7 @@ def _load_trained(
             moved = engine.backbone.device != backbone_device
             return cls(
                 kind,
-                path,
+                None if base is not None else path,  # None: the general model itself
                 device=engine.backbone.device,
                 dtype=None if moved else dtype,
                 quantize=quantize,

@@ -74,6 +74,7 @@ from clef_engine.heads.option_evidence import (
     question_context,
 )
 from clef_engine.heads.zero_shot import option_texts
+from clef_engine.runtime import general
 from clef_engine.runtime.model_dir import CONFIG, FORMAT, FORMAT_VERSION
 from clef_engine.train.checkpoint import CHECKPOINT_DIR, CheckpointState
 from clef_engine.train.config import HEADS, MAX_RANK, TrainConfig, TrainResult
@@ -131,8 +132,10 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
 
     Args:
         config: Hyper-parameters.
-        backbone: A local HF encoder dir, a built :class:`EncoderBackbone`, or ``None``
-            for the embedded all-MiniLM-L6-v2.
+        backbone: A local HF encoder dir, a built :class:`EncoderBackbone`, ``None``
+            for the embedded all-MiniLM-L6-v2, or ``"packaged:general"`` for the general
+            decision model (the embedded model with its general adapter merged; the saved
+            model dir records it as ``backbone.base`` and loads on the same weights).
     """
 
     GROUP_BY_LENGTH = True
@@ -167,6 +170,8 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         torch.manual_seed(cfg.seed)
         if isinstance(self._backbone_arg, EncoderBackbone):
             self.backbone = self._backbone_arg
+        elif str(self._backbone_arg) == general.REFERENCE:  # "packaged:general"
+            self.backbone = general.general_backbone(device=cfg.device, dtype=torch.float32)
         else:
             self.backbone = EncoderBackbone(
                 self._backbone_arg, device=cfg.device, dtype=torch.float32

@@ -15,9 +15,10 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
-from clef_engine import Choice, DecisionEngine, Noul
-from clef_engine.runtime.general import GENERAL_DIR
+from clef_engine import Choice, DecisionEngine, ModelLoadError, Noul
+from clef_engine.runtime.general import GENERAL_DIR, base_tag
 
 pytestmark = pytest.mark.integration
 
@@ -225,3 +226,69 @@ def test_options_taught_by_examples_use_the_bare_models_vectors(engine):
     assert engine.prepare_question(taught) is similarity.prepare_question(taught)
     batch = engine.decide_batch([state, "refund please"], {"taught": taught, "plain": plain})
     assert [r.answers["taught"].choice for r in batch] == [mixed.answers["taught"].choice, "refund"]
+
+
+def test_a_saved_general_engine_loads_on_the_same_weights(engine, tmp_path):
+    """Saving the default engine used to write the bare backbone with the general model's
+    calibration: the reloaded engine answered the angry customer 0.56 instead of 0.98."""
+    question = {"angry": Noul(instructions="Is the customer angry?")}
+    state = "I hate this product, you are scammers"
+    engine.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert saved["backbone"]["base"] == base_tag()
+    loaded = DecisionEngine.from_pretrained(tmp_path / "saved", warmup=False)
+    assert loaded.model_version == engine.model_version
+    assert loaded.head.prompted
+    before = engine.decide(state, question).answers["angry"].noul
+    after = loaded.decide(state, question).answers["angry"].noul
+    assert after == pytest.approx(before, abs=1e-6)
+    assert after > 0.5
+
+
+def test_a_model_dir_saved_with_another_general_adapter_is_refused(engine, tmp_path):
+    engine.save_pretrained(tmp_path / "saved")
+    config_path = tmp_path / "saved" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["backbone"]["base"] = "general@0000000000000000"
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"backbone\.base.*this install ships"):
+        DecisionEngine.from_pretrained(tmp_path / "saved", warmup=False)
+    config["backbone"]["base"] = "mystery"
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"backbone\.base.*known bases"):
+        DecisionEngine.from_pretrained(tmp_path / "saved", warmup=False)
+
+
+@pytest.mark.slow
+def test_finetune_starts_from_the_general_model(tmp_path):
+    """``Trainer(backbone="packaged:general")``: the fine-tuned dir records the base and loads
+    on the general weights (head-only here, so the loaded encoder equals the general one)."""
+    pytest.importorskip("peft")
+    from clef_engine.runtime.general import REFERENCE, general_backbone
+    from clef_engine.train import Example, TrainConfig, Trainer, TrainingSet
+
+    words = {"billing": "refund payment money charged", "tech": "bug error login crash"}
+    examples = [
+        Example(f"{words[label]} {i}", {"route": j})
+        for i in range(12)
+        for j, label in enumerate(words)
+    ]
+    data = TrainingSet(
+        {"route": Choice(instructions="route the ticket", criteria=list(words))},
+        examples,
+        "synthetic",
+    )
+    config = TrainConfig(epochs=1, lora_rank=0, batch_size=8, val_fraction=0.25, progress=False)
+    Trainer(config, backbone=REFERENCE).fit(data, tmp_path / "tuned")
+    saved = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert saved["backbone"]["base"] == base_tag()
+    tuned = DecisionEngine.from_pretrained(tmp_path / "tuned", warmup=False)
+    reference = dict(general_backbone().model.named_parameters())
+    bare = dict(DecisionEngine(scorer="similarity", warmup=False).backbone.model.named_parameters())
+    # The general adapter adapts the top blocks: the last query projection differs.
+    name, weight = [
+        (n, p) for n, p in tuned.backbone.model.named_parameters() if "query.weight" in n
+    ][-1]
+    assert torch.equal(weight, reference[name])
+    assert not torch.equal(weight, bare[name])
+    assert tuned.decide("my card payment was charged twice", {"route": data.questions["route"]})
