@@ -75,7 +75,7 @@ class MemberTrainer(Protocol):
 
 
 def fit_ensemble(
-    config: TrainConfig,
+    cfg: TrainConfig,
     data: TrainingSet,
     out: Path,
     *,
@@ -83,7 +83,7 @@ def fit_ensemble(
     resume: bool = False,
     unlabeled: Sequence[str] | None = None,
 ) -> TrainResult:
-    """Train ``config.ensemble`` members into ``out/members/<i>``, score their mean
+    """Train ``cfg.ensemble`` members into ``out/members/<i>``, score their mean
     on the states all of them held out and write ``out/config.json``; see the module
     docstring. ``make_member`` builds the trainer of one member from its config (the
     trainer passes itself, so that this module does not import it).
@@ -92,7 +92,6 @@ def fit_ensemble(
     (and unlabelled states) is kept, and an interrupted one continues from its checkpoint.
     """
     started = time.perf_counter()
-    cfg = config
     checkpoint = out / CHECKPOINT_DIR
     member_configs = [
         replace(cfg, ensemble=1, seed=cfg.seed + i, model_name=None) for i in range(cfg.ensemble)
