@@ -33,6 +33,7 @@ from numbers import Real
 from typing import Any
 
 from clef_engine.errors import ClefError, InvalidRequestError
+from clef_engine.protocol import Engine
 from clef_engine.schema.answers import ChoiceAnswer
 
 ThresholdSource = Callable[[str, Any], "float | None"]
@@ -64,7 +65,7 @@ def check_threshold(value: Any, field: str = "min_confidence") -> float | None:
     return number
 
 
-def engine_thresholds(engine: Any) -> ThresholdSource | None:
+def engine_thresholds(engine: Engine | None) -> ThresholdSource | None:
     """Where ``engine``'s saved thresholds are looked up (``None`` without an engine).
 
     The thresholds are the ones ``clef-agents thresholds`` / ``fit_thresholds`` fitted and

@@ -17,6 +17,7 @@ from clef_engine.errors import (
     StateTooLargeError,
     UnsupportedQuestionError,
 )
+from clef_engine.protocol import Engine
 from clef_engine.schema import (
     Answer,
     Box,
@@ -80,6 +81,7 @@ __all__ = [
     "DecisionResult",
     "DeviceUnavailableError",
     "EncoderBackbone",
+    "Engine",
     "InvalidRequestError",
     "MissingDependencyError",
     "ModelLoadError",

@@ -39,6 +39,7 @@ from clef_agents.cli.common import (
     number,
 )
 from clef_engine.errors import ClefError, InvalidRequestError, require
+from clef_engine.protocol import Engine
 from clef_engine.slots import Slots
 
 MANIFEST = "manifest.json"
@@ -197,7 +198,7 @@ def states_of(rows: list[dict[str, Any]], columns: list[str], raw: bool = False)
 
 
 def answer_rows(
-    engine: Any, rows: list[int], states: Slots[Any], questions: Mapping[str, Any], batch: int
+    engine: Engine, rows: list[int], states: Slots[Any], questions: Mapping[str, Any], batch: int
 ) -> list[dict[str, Any]]:
     """Answer the rows' states, ``batch`` at a time; one output record per row, each with
     its answers or its own error (a cell that could not be read, or the engine's)."""
@@ -447,7 +448,7 @@ def _chunks(todo: list[int], size: int) -> Iterator[list[int]]:
 
 def run_local(
     args: argparse.Namespace,
-    engine: Any,
+    engine: Engine,
     table: Any,
     cols: list[str],
     questions: Any,

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from clef_agents.decision_log.log import DecisionLog
+from clef_engine.protocol import Engine
 from clef_engine.schema.answers import DecisionResult
 
 
@@ -30,7 +31,7 @@ class LoggedEngine:
         2
     """
 
-    def __init__(self, engine: Any, log: DecisionLog) -> None:
+    def __init__(self, engine: Engine, log: DecisionLog) -> None:
         self.engine = engine
         self.log = log
 

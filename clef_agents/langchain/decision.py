@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.tools import BaseTool, StructuredTool
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, SkipValidation
 
 from clef_agents._shared import StateFrom, decision_record, default_engine, extract_state
 from clef_agents.langchain._events import acall_as_run, aemit, call_as_run, emit
+from clef_engine.protocol import Engine
 from clef_engine.schema.answers import DecisionResult
 from clef_engine.schema.questions import readable
 from clef_engine.schema.render import render_value
@@ -49,7 +50,7 @@ class ClefDecision(RunnableSerializable[Any, DecisionResult]):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     questions: dict[str, Any]
-    engine: Any = Field(default=None, exclude=True)
+    engine: Annotated[Engine, SkipValidation] = Field(default=None, exclude=True)
     state_from: StateFrom = Field(default=None, exclude=True)
 
     def __init__(self, questions: Mapping[str, Any] | None = None, **kwargs: Any) -> None:

@@ -31,6 +31,7 @@ from clef_agents._gate import ConfidenceGate, engine_thresholds
 from clef_agents._shared import StateFrom, as_choice, default_engine, extract_state
 from clef_agents.langchain.router import ClefRouter
 from clef_engine.errors import InvalidRequestError
+from clef_engine.protocol import Engine
 from clef_engine.schema.answers import ChoiceAnswer, DecisionResult, NoulAnswer
 from clef_engine.schema.questions import Noul
 
@@ -55,7 +56,7 @@ def clef_path(
     threshold: float = 0.5,
     multi: bool = False,
     nodes: Mapping[str, str] | None = None,
-    engine: Any = None,
+    engine: Engine | None = None,
     state_from: StateFrom = None,
     on_decision: Callable[[DecisionResult], None] | None = None,
 ) -> RunnableLambda[Any, Any]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
 from functools import partial
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.base import coerce_to_runnable
 from langchain_core.runnables.config import ensure_config
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, SkipValidation
 
 from clef_agents._gate import ConfidenceGate, LowConfidenceError, check_threshold, engine_thresholds
 from clef_agents._shared import (
@@ -21,6 +21,7 @@ from clef_agents._shared import (
 )
 from clef_agents.langchain._events import acall_as_run, aemit, call_as_run, emit
 from clef_engine.errors import InvalidRequestError
+from clef_engine.protocol import Engine
 from clef_engine.schema.answers import ChoiceAnswer, DecisionResult
 from clef_engine.schema.questions import Choice
 from clef_engine.slots import Slots
@@ -82,7 +83,7 @@ class ClefRouter(RunnableSerializable[Any, Any]):
     routes: dict[str, Runnable[Any, Any]]
     default: Runnable[Any, Any] | None = None
     min_confidence: float | None = None
-    engine: Any = Field(default=None, exclude=True)
+    engine: Annotated[Engine, SkipValidation] = Field(default=None, exclude=True)
     state_from: StateFrom = Field(default=None, exclude=True)
     return_decision: bool = False
     question_id: str = "route"

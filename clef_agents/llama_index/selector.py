@@ -14,6 +14,7 @@ from llama_index.core.tools.types import ToolMetadata
 
 from clef_agents._gate import ConfidenceGate, LowConfidenceError, engine_thresholds
 from clef_agents._shared import default_engine
+from clef_engine.protocol import Engine
 from clef_engine.schema.answers import ChoiceAnswer, DecisionResult
 from clef_engine.schema.questions import Choice
 
@@ -58,7 +59,7 @@ def _names(choices: Sequence[ToolMetadata]) -> list[str]:
 class _ClefSelectorBase(BaseSelector):
     def __init__(
         self,
-        engine: Any = None,
+        engine: Engine | None = None,
         *,
         instructions: str = "Which tool is best for answering the query?",
         min_confidence: float | None = None,
@@ -216,7 +217,7 @@ class ClefMultiSelector(_ClefSelectorBase):
 
     def __init__(
         self,
-        engine: Any = None,
+        engine: Engine | None = None,
         *,
         threshold: float = 0.3,
         max_outputs: int | None = None,

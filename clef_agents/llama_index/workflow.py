@@ -32,6 +32,7 @@ from pydantic import Field
 from clef_agents._gate import ConfidenceGate, LowConfidenceError, engine_thresholds
 from clef_agents._shared import StateFrom, as_choice, decision_record, default_engine
 from clef_engine.errors import InvalidRequestError
+from clef_engine.protocol import Engine
 from clef_engine.schema.answers import ChoiceAnswer
 
 
@@ -56,7 +57,7 @@ def clef_router_step(
     events: Mapping[str, type[Event]],
     default: type[Event] | None = None,
     min_confidence: float | None = None,
-    engine: Any = None,
+    engine: Engine | None = None,
     accepts: type[Event] = StartEvent,
     state_from: StateFrom = "query",
     name: str = "clef_route",

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from clef_engine.errors import InvalidRequestError
+from clef_engine.protocol import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class EngineLoader:
                 limit=self.retry_s,
             )
         self.clock = clock
-        self.engine: Any = None
+        self.engine: Engine | None = None
         self.error: BaseException | None = None
         """Why the last attempt failed; ``None`` once an attempt succeeds."""
         self.failures = 0

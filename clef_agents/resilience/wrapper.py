@@ -64,6 +64,7 @@ from clef_engine.errors import (
     ModelLoadError,
     UnsupportedQuestionError,
 )
+from clef_engine.protocol import Engine
 from clef_engine.schema.answers import BoxAnswer, DecisionResult
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, questions_from
 from clef_engine.slots import Slots
@@ -146,7 +147,7 @@ class ResilientEngine:
 
     def __init__(
         self,
-        engine: Any,
+        engine: Engine | Callable[[], Engine],
         *,
         fallback: RuleFallback | None = None,
         min_confidence: float | Mapping[str, float] | None = None,

@@ -52,6 +52,7 @@ from clef_agents.server.errors import (
 from clef_agents.server.metrics import Metrics
 from clef_agents.server.openapi import openapi
 from clef_engine.errors import InvalidRequestError
+from clef_engine.protocol import Engine
 from clef_engine.schema.request import DecisionRequest, questions_from
 from clef_engine.slots import Slots
 
@@ -69,7 +70,7 @@ Submit = Callable[[Sequence[Any]], Awaitable[list[Any]]]
 class ServerState:
     """What the routes share: the engine, settings, metrics, batcher and drain state."""
 
-    def __init__(self, engine: Any, config: ServerConfig, batcher: Any | None = None) -> None:
+    def __init__(self, engine: Engine, config: ServerConfig, batcher: Any | None = None) -> None:
         self.engine = engine
         self.config = config
         self.metrics = Metrics()
@@ -358,7 +359,7 @@ def _wire(state: ServerState, result: Any) -> dict[str, Any]:
 
 
 def create_app(
-    engine: Any,
+    engine: Engine,
     config: ServerConfig | None = None,
     *,
     batcher: Any | None = None,

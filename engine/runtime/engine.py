@@ -40,6 +40,7 @@ from clef_engine.heads.base import Head, PreparedQuestion, Scored, Scorer, Scori
 from clef_engine.heads.memory import fit_question_memory_cross
 from clef_engine.heads.prototype import PrototypeClassifier
 from clef_engine.heads.zero_shot import ZeroShotHead, prepare
+from clef_engine.protocol import Questions
 from clef_engine.runtime import general, model_dir
 from clef_engine.runtime import thresholds as abstention
 from clef_engine.runtime.stages import (
@@ -63,9 +64,6 @@ from clef_engine.schema.limits import MAX_STATE_CHARS
 from clef_engine.schema.questions import _Question
 from clef_engine.schema.render import canonical_json
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
-
-Questions = Mapping[str, _Question | Mapping[str, Any]]
-"""Questions keyed by id: question objects or wire-format dicts."""
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]
