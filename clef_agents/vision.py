@@ -15,7 +15,7 @@ Playwright itself is not imported: pages are duck-typed (``screenshot`` + ``goto
 Example:
     >>> from clef_agents.vision import ScreenshotClassifier
     >>> classifier = ScreenshotClassifier()                       # doctest: +SKIP
-    >>> answer = classifier.classify(page)                        # a Playwright Page
+    >>> answer = classifier.classify(page)            # a Playwright Page  # doctest: +SKIP
     >>> if answer.choice == "login" and answer.probabilities["login"] > 0.8:  # doctest: +SKIP
     ...     box = classifier.locate(page, "the sign-in button").box
     ...     page.mouse.click(*box.center(1280, 800))  # fractions -> viewport pixels

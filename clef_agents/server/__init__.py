@@ -5,8 +5,13 @@ Needs the ``[server]`` extra (FastAPI, uvicorn, zstandard, prometheus-client)::
     pip install 'clef-agents[server]'
 
 Example:
-    >>> from clef_agents.server import ServerConfig, create_app   # doctest: +SKIP
-    >>> app = create_app(DecisionEngine(), ServerConfig(max_batch=64, max_wait_ms=2))
+    A real server passes ``DecisionEngine()``; ``FakeEngine`` needs no model.
+
+    >>> from clef_agents.fake import FakeEngine
+    >>> from clef_agents.server import ServerConfig, create_app
+    >>> app = create_app(FakeEngine(), ServerConfig(max_batch=64, max_wait_ms=2))
+    >>> sorted(route.path for route in app.routes if route.path.startswith("/v1"))
+    ['/v1/models', '/v1/systemone', '/v1/systemone/batch']
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ test ECE from 0.0135 to 0.0217).
 
 Example:
     >>> import torch
-    >>> logits = [torch.tensor([4.0, 0.0, 0.0])] * 3 + [torch.tensor([0.0, 4.0, 0.0])]
-    >>> cal = fit_calibrator(logits, [0, 1, 2, 1], ["choice"] * 4)
-    >>> cal.temperature("choice", 3) > 1.0
+    >>> logits = [torch.tensor([4.0, 0.0, 0.0])] * 12     # confident, but right half the time
+    >>> cal = fit_calibrator(logits, [0] * 6 + [1, 2] * 3, ["choice"] * 12)
+    >>> cal.temperature("choice", 3) > 1.0                # so the temperature softens them
     True
 """
 

@@ -6,11 +6,13 @@ A batch of requests shares padded forward passes.
 
 Example:
     >>> from clef_engine import DecisionEngine, Choice
-    >>> engine = DecisionEngine()                       # embedded all-MiniLM-L6-v2, offline
+    >>> engine = DecisionEngine()               # the packaged general model, offline
     >>> result = engine.decide(
     ...     "My card still hasn't arrived after two weeks",
-    ...     {"intent": Choice(instructions="Customer intent",
-    ...                       criteria=["card_arrival", "exchange_rate", "lost_or_stolen_card"])})
+    ...     {"intent": Choice(instructions="Customer intent", criteria={
+    ...         "card_arrival": "a card that has not arrived yet",
+    ...         "lost_or_stolen_card": "a card that was lost or stolen",
+    ...         "exchange_rate": "currency exchange rates"})})
     >>> result.answers["intent"].choice
     'card_arrival'
 """

@@ -123,8 +123,8 @@ class DecoderBackbone:
 
     Example:
         >>> from clef_engine import DecisionEngine, Choice
-        >>> engine = DecisionEngine(backbone="decoder", path="/models/Qwen3-1.7B")
-        >>> engine.decide("The package arrived broken", {"route": Choice(
+        >>> engine = DecisionEngine(backbone="decoder", path="/models/Qwen3-1.7B")  # doctest: +SKIP
+        >>> engine.decide("The package arrived broken", {"route": Choice(  # doctest: +SKIP
         ...     instructions="Which team handles this?", criteria=["billing", "shipping"])})
     """
 
