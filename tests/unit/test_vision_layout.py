@@ -134,3 +134,20 @@ def test_a_form_with_labels_left_of_inputs_is_read_row_by_row() -> None:
         rows += [_line(name, 40, y + 10, 140), _line(f"{name} input", 300, y, 700, h=40)]
     texts = [e.text for e in reading_order(rows[::-1])]
     assert texts == ["Name", "Name input", "Email", "Email input", "Phone", "Phone input"]
+
+
+def test_small_placeholder_text_in_a_tall_input_is_the_input() -> None:
+    # Bootstrap admin templates: 0.8 rem placeholder text in a 50 px pill-shaped input.
+    img = Image.new("RGB", (1280, 800), "white")
+    d = ImageDraw.Draw(img)
+    field = (700, 214, 1046, 266)
+    d.rounded_rectangle(field, radius=25, outline="#d1d3e2", fill="white")
+    line = _text(d, (716, 232), "Password", 13, fill="#6e707e")
+    button = (700, 320, 1045, 366)
+    d.rounded_rectangle(button, radius=23, fill="#4e73df")
+    login = _text(d, (857, 336), "Login", 14, fill="white")
+    elements = {e.text: e for e in analyse(img, [line, login])}
+    assert elements["Password"].role == "field"
+    assert _inside(elements["Password"].region, field)
+    assert elements["Login"].role == "button"
+    assert _inside(elements["Login"].region, button)

@@ -177,7 +177,7 @@ def _mark_grid(controls: list[Control]) -> list[Control]:
     """Flag table cells (a side shared with a same-sized neighbour, the border between them
     a few pixels thick) and the rows and tables that hold them (two or more inside)."""
     out = []
-    near = 8
+    near = 6
     for c in controls:
         l1, t1, r1, b1 = c.box
         grid = False
@@ -188,6 +188,8 @@ def _mark_grid(controls: list[Control]) -> list[Control]:
             l2, t2, r2, b2 = o.box
             same_row = abs(t1 - t2) <= 3 and abs(b1 - b2) <= 3
             same_col = abs(l1 - l2) <= 3 and abs(r1 - r2) <= 3
+            # Cells share a border line (their insides are a few pixels apart); stacked
+            # buttons keep a margin (8 px in Bootstrap) and are not cells.
             touch_h = abs(r1 - l2) <= near or abs(r2 - l1) <= near
             touch_v = abs(b1 - t2) <= near or abs(b2 - t1) <= near
             inside += l1 <= l2 and t1 <= t2 and r2 <= r1 and b2 <= b1

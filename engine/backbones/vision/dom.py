@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from clef_engine.backbones.vision.layout import Element, ImageEvidence
+from clef_engine.backbones.vision.layout import Element, ImageEvidence, _attach_labels
 
 MAX_ELEMENTS = 600
 """Elements read from one page (controls first, then headings and short texts)."""
@@ -129,7 +129,9 @@ def _to_evidence(raw: Mapping[str, Any]) -> ImageEvidence:
         if role == "link":
             role = "text" if not text else "link"
         elements.append(Element(text, box, box, role, 1.0, label or None))
-    return ImageEvidence("dom", width, height, elements)
+    # A field without a <label for> or aria name is named by the text beside it, as on
+    # a screenshot ("Work email" above an input whose placeholder is "you@company.com").
+    return ImageEvidence("dom", width, height, _attach_labels(elements), source="dom")
 
 
 def page_evidence(page: Any, *, full_page: bool = False) -> ImageEvidence:

@@ -89,6 +89,9 @@ class ImageEvidence:
     ocr_ms: float = 0.0
     image_vector: Any = None
     """The image encoder's normalised embedding (a tensor), when the pipeline has one."""
+    source: str = "pixels"
+    """Where the elements came from: ``pixels`` (OCR and controls from a screenshot) or
+    ``dom`` (a browser page's own elements); box confidence is calibrated per source."""
 
     def text(self, label: str = "screenshot") -> str:
         """The textual state: lines in reading order, then a layout summary."""
@@ -208,14 +211,18 @@ def _has_border(array: np.ndarray, rect: tuple[int, int, int, int], fill: np.nda
     return True
 
 
-def _role(box: Box4, rect: tuple[int, int, int, int] | None, page_width: int) -> str | None:
+def _role(
+    box: Box4, rect: tuple[int, int, int, int] | None, page_width: int, max_ratio: float = 2.5
+) -> str | None:
+    """``button`` or ``field`` for text in ``rect``, or ``None`` (not a control): a
+    control is at most ``max_ratio`` times as tall as its text."""
     if rect is None:
         return None
     left, top, right, bottom = box
     r_left, r_top, r_right, r_bottom = rect
     text_w, text_h = right - left, bottom - top
     rect_w, rect_h = r_right - r_left, r_bottom - r_top
-    if rect_h > 2.5 * text_h or rect_w > 0.7 * page_width or rect_w < text_w:
+    if rect_h > max_ratio * text_h or rect_w > 0.7 * page_width or rect_w < text_w:
         return None
     # Controls centre their text vertically; a label boxed in by neighbours does not.
     if abs((top - r_top) - (r_bottom - bottom)) > 0.35 * rect_h:
@@ -250,7 +257,8 @@ def _label_of(element: Element, elements: Sequence[Element]) -> str | None:
                 gap = 2 * (left - o_right) + 1.0
         else:
             above = -0.5 * o_h <= top - o_bottom <= 2.0 * o_h and o_left < right and o_right > left
-            beside = top <= cy <= bottom and 0 <= left - o_right <= 12 * o_h
+            # (OCR's box of "Search:" may reach a pixel or two into the input.)
+            beside = top <= cy <= bottom and -4 <= left - o_right <= 12 * o_h
             if above:
                 gap = top - o_bottom
             elif beside:
@@ -389,7 +397,16 @@ def _control_for(
     for control in controls:
         if control.grid or not control.contains(box):
             continue
-        role = _role(box, control.box, page_width)
+        # A rectangle found from its edges is a control; small placeholder text in a
+        # tall input (0.8 rem in 50 px) is still its text.
+        role = _role(box, control.box, page_width, max_ratio=3.5)
+        if (
+            role is None
+            and control.width <= 0.7 * page_width
+            and box[0] - control.box[0] < 0.25 * control.width  # left-aligned
+            and _empty_control_role(control, sum(control.fill) >= 675) == "field"
+        ):
+            role = "field"
         if role is None:
             continue
         area = control.width * control.height
@@ -399,11 +416,15 @@ def _control_for(
 
 
 def _overlaps_text(rect: tuple[int, int, int, int], boxes: Sequence[Box4]) -> bool:
+    """Whether text covers a fifth of ``rect``, or half of a text box lies inside it."""
     left, top, right, bottom = rect
     for b in boxes:
         w = min(right, b[2]) - max(left, b[0])
         h = min(bottom, b[3]) - max(top, b[1])
-        if w > 0 and h > 0 and w * h > 0.2 * min((right - left) * (bottom - top), 1e9):
+        if w <= 0 or h <= 0:
+            continue
+        text_area = max(1.0, (b[2] - b[0]) * (b[3] - b[1]))
+        if w * h > 0.2 * (right - left) * (bottom - top) or w * h > 0.5 * text_area:
             return True
     return False
 
