@@ -153,7 +153,7 @@ def fit_none_below(
             f"labels {unknown[:3]} are not options of the question", field="labels"
         )
     bare = question.model_copy(update={"none_below": None})
-    rows: list[tuple[Mapping[str, float], str]] = []
+    rows: list[Mapping[str, float]] = []
     for start in range(0, len(states), max(1, batch_size)):
         chunk = list(states[start : start + batch_size])
         for result in engine.decide_batch(chunk, {"q": bare}):

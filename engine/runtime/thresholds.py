@@ -269,7 +269,7 @@ class Thresholds:
                 name = f"{level}.{key}"
                 if not isinstance(value, dict):
                     raise bad(name, "must be an object")
-                t = value.get("threshold")
+                t: Any = value.get("threshold")
                 if not _is_number(t) or not 0.0 <= t <= 1.0:
                     raise bad(f"{name}.threshold", f"must be a number in [0, 1]; got {t!r}")
                 try:
