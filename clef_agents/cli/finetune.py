@@ -256,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
         kwargs["target_modules"] = [t.strip() for t in args.target_modules.split(",") if t.strip()]
     if args.similarity:
         kwargs["similarity"] = load_structured(args.similarity)
+    if kwargs.get("lora_rank") == 0:  # no adapters: no contrastive stage (it trains only them)
+        kwargs["contrastive_steps"] = 0
     kwargs.update(
         memory=not args.no_memory,
         histogram=args.histogram,

@@ -190,13 +190,27 @@ def test_finetune_from_log_trains_on_the_labelled_rows(log_path, tmp_path, capsy
         pass
 
     def fit(self: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append(data)
+        seen.append((data, self.config))
         raise Stop
 
     monkeypatch.setattr(clef_engine.train.Trainer, "fit", fit)
     with pytest.raises(Stop):
-        main(["finetune", "--from-log", str(log_path), "--out", str(tmp_path / "m")])
-    [data] = seen
+        main(
+            [
+                "finetune",
+                "--from-log",
+                str(log_path),
+                "--out",
+                str(tmp_path / "m"),
+                "--recipe",
+                "few-shot",
+                "--lora-rank",
+                "0",
+            ]
+        )
+    [(data, config)] = seen
+    # Head only: a frozen backbone has no adapters for the recipe's contrastive stage.
+    assert (config.head, config.lora_rank, config.contrastive_steps) == ("prototype", 0, 0)
     names = data.names("route")
     assert {(ex.state, names[ex.labels["route"]]) for ex in data.examples} == set(TRUTH.items())
     assert (tmp_path / "m" / "from_log" / "data.jsonl").is_file()
