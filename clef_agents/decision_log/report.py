@@ -100,7 +100,7 @@ def build_report(path: str | Path, *, buckets: int = 10) -> dict[str, Any]:
 
 
 def _iso(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.UTC).isoformat(timespec="seconds")
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _fmt(value: Any, pct: bool = False) -> str:

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import datetime
 import json
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -200,10 +201,12 @@ def _state_text(state: Any) -> str:
     return state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
 
 
+def _iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def export_csv(items: Sequence[ReviewItem], out: str | Path) -> int:
     """Write ``items`` to a CSV with an empty ``label`` column; returns the row count."""
-    import datetime
-
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", newline="", encoding="utf-8") as fh:
@@ -215,9 +218,7 @@ def export_csv(items: Sequence[ReviewItem], out: str | Path) -> int:
                 [
                     item.decision.id,
                     item.question_id,
-                    datetime.datetime.fromtimestamp(item.decision.ts, datetime.UTC).isoformat(
-                        timespec="seconds"
-                    ),
+                    _iso(item.decision.ts),
                     item.source,
                     "" if p is None else f"{p:.4f}",
                     item.predicted or "",
