@@ -13,9 +13,9 @@ evidence, added as logits:
   and the candidate has it (``+ROLE``), or has the other control role (a button when a
   field was asked for, or the reverse: ``-ROLE``).
 
-``softmax`` over candidates gives the confidence of the box returned. The weights are set
-by hand on synthetic pages (not on the test fixtures) and are not calibrated as a
-probability the way choice answers are; treat the confidence as a ranking score in [0, 1].
+The confidence of the box returned is a calibrated probability that it is a hit (holds
+the element asked for): :func:`hit_probability` of the best candidate's softmax
+probability, with parameters per evidence source (:data:`CALIBRATION`).
 The box is the element's region (a button's or field's rectangle when the layout analysis
 found one, else the text's box), as fractions (0-1) of the image's height (``top``,
 ``bottom``) and width (``left``, ``right``), as the wire schema defines it;
@@ -27,6 +27,7 @@ image (``0, 1, 0, 1``) with ``confidence`` null.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
@@ -48,12 +49,14 @@ _ROLE_WORDS = {
     "field": ("field", "input", "textbox", "box", "bar", "type", "enter", "fill"),
     "heading": ("heading", "title", "headline", "header"),
     "checkbox": ("checkbox", "check", "tick", "checkmark", "radio", "toggle", "option"),
+    "link": ("link", "hyperlink"),
 }
 _ROLE_TEXT = {
     "button": "button",
     "field": "input field",
     "heading": "heading",
     "checkbox": "checkbox",
+    "link": "link",
     "text": "",
 }
 _CONTROLS = ("button", "field", "checkbox")
@@ -163,11 +166,29 @@ def locate(
     image, element = candidates[best]
     answer = BoxAnswer(
         box=fractions(element.region, evidence[image].width, evidence[image].height),
-        confidence=float(probs[best]),
+        confidence=hit_probability(float(probs[best]), evidence[image].source),
     )
     if len(evidence) > 1:
         answer.x_image = image  # type: ignore[attr-defined]
     return answer
+
+
+CALIBRATION: dict[str, tuple[float, float]] = {
+    "pixels": (0.3292, 1.6155),
+    "dom": (0.6498, 2.6808),
+}
+"""Per evidence source, ``(a, c)`` of ``P(hit) = sigmoid(a·logit(p) + c)`` (Platt scaling),
+where ``p`` is the softmax probability of the best candidate. Fit by logistic regression
+in ``benchmarks/vision_box_calibration.py`` on questions about the fixture pages; its JSON
+has the held-out reliability, and docs/vision.md quotes it."""
+
+
+def hit_probability(p_top: float, source: str = "pixels") -> float:
+    """The calibrated probability that the best candidate's box is the element asked for."""
+    a, c = CALIBRATION.get(source, CALIBRATION["pixels"])
+    p = min(1.0 - 1e-6, max(1e-6, p_top))
+    z = a * math.log(p / (1.0 - p)) + c
+    return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
 
 
 def fractions(region: Sequence[float], width: int, height: int) -> BoxCoords:
