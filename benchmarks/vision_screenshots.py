@@ -137,7 +137,7 @@ def template_set(
     }
     for split in ("heldout", "tune"):
         part = [r for r in rows if r["split"] == split]
-        hits = [h["hit"] for r in part for h in r["boxes"]]
+        split_hits: list[bool] = [h["hit"] for r in part for h in r["boxes"]]
         wrong = [h for r in part for h in r["boxes"] if not h["hit"]]
         out[split] = {
             "pages": len(part),
@@ -151,9 +151,9 @@ def template_set(
                     f"{r['label']}->{r['predicted']}" for r in part if r["label"] != r["predicted"]
                 )
             ),
-            "box_targets": len(hits),
-            "box_hits": sum(hits),
-            "box_hit_rate": round(sum(hits) / max(1, len(hits)), 4),
+            "box_targets": len(split_hits),
+            "box_hits": sum(split_hits),
+            "box_hit_rate": round(sum(split_hits) / max(1, len(split_hits)), 4),
             "box_misses_confidence": [
                 None if h["confidence"] is None else round(h["confidence"], 3) for h in wrong
             ],
