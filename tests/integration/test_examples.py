@@ -30,15 +30,20 @@ def test_support_triage_langgraph(engine: Any) -> None:
     out = load("support_triage_langgraph.py")["main"](engine)
     teams = [o["handled_by"] for o in out]
     assert all(len(t) == 1 for t in teams)
-    assert [t[0] for t in teams[:3]] == ["billing", "technical", "sales"]
-    assert teams[3][0] in {"billing", "technical", "sales", "human_review"}
+    # The advertised routes: three clear tickets to their teams, "Hello?" to review.
+    assert [t[0] for t in teams] == ["billing", "technical", "sales", "human_review"]
 
 
 def test_support_triage_confidence_gate_sends_unsure_tickets_to_review(engine: Any) -> None:
     pytest.importorskip("langgraph")
     module = load("support_triage_langgraph.py")
-    app = module["build"](engine, min_confidence=1.01)  # nothing can pass this gate
-    assert app.invoke({"ticket": module["TICKETS"][0]})["handled_by"] == ["human_review"]
+    ticket = module["TICKETS"][0]
+    p = engine.decide(ticket, {"route": module["ROUTE"]}).answers["route"].probabilities
+    top = max(p.values())
+    assert top < 1.0
+    # A gate above both the model's answer and the refund rule's 0.8 lets neither through.
+    app = module["build"](engine, min_confidence=(1.0 + max(top, 0.8)) / 2)
+    assert app.invoke({"ticket": ticket})["handled_by"] == ["human_review"]
 
 
 def test_llama_index_router(engine: Any) -> None:
