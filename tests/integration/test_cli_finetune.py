@@ -168,10 +168,15 @@ def test_finetune_few_shot_recipe(tiny_dir, tmp_path, capsys) -> None:
     assert report["history"][0]["contrastive_steps"] == 30
     head = json.loads((out / "config.json").read_text())["head"]
     assert [q["prototype"] for q in head["questions"].values()] == [True]
-    # A bad combination is a usage error naming the fix, not a traceback.
-    code = main([*args, "--recipe", "few-shot", "--lora-rank", "0"])
-    assert code == 2
-    assert "needs lora_rank > 0" in capsys.readouterr().err
+    # Without adapters (--lora-rank 0) the recipe drops its contrastive stage, which
+    # trains only them, and fits the prototype head on the frozen backbone.
+    head_only = tmp_path / "head_only"
+    code = main([*args, "--recipe", "few-shot", "--lora-rank", "0", "--out", str(head_only)])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads((head_only / "training.json").read_text())
+    assert report["config"]["lora_rank"] == 0
+    assert report["config"]["contrastive_steps"] == 0 and report["history"] == []
+    assert report["config"]["head"] == "prototype"
 
 
 @pytest.mark.parametrize(
