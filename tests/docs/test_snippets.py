@@ -50,6 +50,13 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
         assert (ROOT / link).is_file(), f"README.md links {link}, which does not exist"
 
 
+def test_readme_stays_a_short_user_guide() -> None:
+    """Results live in docs/results.md; the README keeps what a user needs (issue 35.5)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 150, f"README.md has {len(lines)} lines; move detail to docs/"
+    assert max(len(line) for line in lines) <= 400, "a README line over 400 characters"
+
+
 def test_opt_outs_are_few_and_give_a_reason() -> None:
     counts = {}
     for page in PAGES:
