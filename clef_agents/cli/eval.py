@@ -9,7 +9,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clef_agents.cli import UsageError
 from clef_agents.cli.common import (
@@ -20,6 +20,9 @@ from clef_agents.cli.common import (
     check_writable,
     number,
 )
+
+if TYPE_CHECKING:
+    from clef_engine.evaluation import EvalReport
 
 DEFAULT_BATCH_SIZE = 32
 """Texts per ``decide_batch`` call: one padded forward pass each."""
@@ -190,25 +193,58 @@ def _few(names: list[str], k: int = 5) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from clef_engine.evaluation import (
-        AUTOMATIC_PRECISION,
-        columns,
-        coverage_curve,
-        coverage_plot,
-        decided_at_precision,
-        evaluate,
-        label_question,
-        prediction_rows,
-        read_records,
-        sample_examples,
-    )
+    from clef_engine.evaluation import evaluate, label_question, prediction_rows
 
+    _check_outputs(args)
+    texts, labels, all_labels, examples = _load_data(args)
+    question = label_question(all_labels, examples, args.instructions)
+    apply_threads(args)
+    engine = build_engine(args)
+    head, why = which_head(engine, question, all_labels)
+    if why is not None:
+        sys.stderr.write(
+            f"clef-agents: warning: the fine-tuned model {args.model} does not know this "
+            f"question ({why}), so its trained head will not answer: every answer comes "
+            "from the zero-shot fallback on the base backbone (head: zero_shot)\n"
+        )
+    report = evaluate(
+        engine, texts, labels, question, batch_size=args.batch_size, progress=not args.no_progress
+    )
+    summary = report.summary()
+    summary["model_version"] = engine.model_version
+    summary["head"] = head
+    if args.plot:
+        summary.update(_write_plots(args, report, engine.model_version))
+    if args.predictions:
+        with open(args.predictions, "w", encoding="utf-8") as fh:
+            for row in prediction_rows(texts, labels, report, question):
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        summary["predictions"] = args.predictions
+    _print_summary(summary, as_json=args.json)
+    return 0
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse an unwritable --plot or --predictions path before any data is read."""
     if args.plot:
         check_plot_path(args.plot)
         for path in coverage_paths(args.plot):
             check_writable(str(path), "--plot")
     if args.predictions:
         check_writable(args.predictions, "--predictions")
+
+
+def _load_data(
+    args: argparse.Namespace,
+) -> tuple[list[str], list[str], list[str], dict[str, list[str]] | None]:
+    """``(texts, labels, all_labels, examples)`` to evaluate on.
+
+    Draws ``--examples-per-label`` examples (from ``--train``, else from DATA, whose drawn
+    rows then leave the evaluation), checks there are at least 2 labels, then applies
+    ``--limit``.
+    """
+    from clef_engine.evaluation import columns, read_records, sample_examples
+
     texts, labels = columns(read_records(args.data), args.text_col, args.label_col, args.data)
     all_labels = sorted(set(labels))
     examples = None
@@ -228,60 +264,50 @@ def run(args: argparse.Namespace) -> int:
     if args.limit:
         keep = stratified_sample(labels, args.limit, args.seed)
         texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
-    question = label_question(all_labels, examples, args.instructions)
-    apply_threads(args)
-    engine = build_engine(args)
-    head, why = which_head(engine, question, all_labels)
-    if why is not None:
-        sys.stderr.write(
-            f"clef-agents: warning: the fine-tuned model {args.model} does not know this "
-            f"question ({why}), so its trained head will not answer: every answer comes "
-            "from the zero-shot fallback on the base backbone (head: zero_shot)\n"
-        )
-    report = evaluate(
-        engine, texts, labels, question, batch_size=args.batch_size, progress=not args.no_progress
-    )
-    summary = report.summary()
-    summary["model_version"] = engine.model_version
-    summary["head"] = head
-    if args.plot:
-        from clef_engine.calibration.metrics import reliability_diagram
+    return texts, labels, all_labels, examples
 
-        reliability_diagram(
-            report.probabilities,
-            report.label_index,
-            Path(args.plot),
-            title=f"{Path(args.data).name} ({engine.model_version})",
+
+def _write_plots(
+    args: argparse.Namespace, report: EvalReport, model_version: str
+) -> dict[str, str]:
+    """Write the reliability diagram and the coverage curve (image and JSON) for ``--plot``;
+    return the summary entries that name them."""
+    from clef_engine.calibration.metrics import reliability_diagram
+    from clef_engine.evaluation import (
+        AUTOMATIC_PRECISION,
+        coverage_curve,
+        coverage_plot,
+        decided_at_precision,
+    )
+
+    title = f"{Path(args.data).name} ({model_version})"
+    reliability_diagram(report.probabilities, report.label_index, Path(args.plot), title=title)
+    png, data = coverage_paths(args.plot)
+    curve = coverage_curve(report.probabilities, report.label_index)
+    coverage_plot(curve, png, title=title)
+    at = decided_at_precision(report.probabilities, report.label_index, AUTOMATIC_PRECISION)
+    data.write_text(
+        json.dumps(
+            {
+                "model_version": model_version,
+                "data": args.data,
+                "n": report.n,
+                "at_95_precision": at,
+                "curve": curve,
+            },
+            indent=2,
         )
-        summary["plot"] = args.plot
-        png, data = coverage_paths(args.plot)
-        curve = coverage_curve(report.probabilities, report.label_index)
-        coverage_plot(curve, png, title=f"{Path(args.data).name} ({engine.model_version})")
-        at = decided_at_precision(report.probabilities, report.label_index, AUTOMATIC_PRECISION)
-        data.write_text(
-            json.dumps(
-                {
-                    "model_version": engine.model_version,
-                    "data": args.data,
-                    "n": report.n,
-                    "at_95_precision": at,
-                    "curve": curve,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-        summary["coverage_plot"], summary["coverage_json"] = str(png), str(data)
-    if args.predictions:
-        with open(args.predictions, "w", encoding="utf-8") as fh:
-            for row in prediction_rows(texts, labels, report, question):
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-        summary["predictions"] = args.predictions
-    if args.json:
+        + "\n"
+    )
+    return {"plot": args.plot, "coverage_plot": str(png), "coverage_json": str(data)}
+
+
+def _print_summary(summary: dict[str, Any], *, as_json: bool) -> None:
+    """Print the metrics as JSON or as an aligned ``key  value`` table."""
+    if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-    else:
-        width = max(len(k) for k in summary)
-        for key, value in summary.items():
-            text = f"{value:.4f}" if isinstance(value, float) else str(value)
-            sys.stdout.write(f"{key:<{width}}  {text}\n")
-    return 0
+        return
+    width = max(len(k) for k in summary)
+    for key, value in summary.items():
+        text = f"{value:.4f}" if isinstance(value, float) else str(value)
+        sys.stdout.write(f"{key:<{width}}  {text}\n")

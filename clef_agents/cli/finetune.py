@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clef_agents.cli import UsageError
 from clef_agents.cli.common import (
@@ -16,6 +16,10 @@ from clef_agents.cli.common import (
     load_structured,
     number,
 )
+
+if TYPE_CHECKING:
+    from clef_engine.train.config import TrainConfig, TrainResult
+    from clef_engine.train.data import TrainingSet
 
 MAX_RANK = 256
 """``clef_engine.train.config.MAX_RANK``, repeated here: importing it loads torch, and every
@@ -218,13 +222,30 @@ def run(args: argparse.Namespace) -> int:
 
     check_out_dir(args.out)
     require("peft", package="peft", extra="train", feature="clef-agents finetune")
-    from clef_engine.train import (
-        TrainConfig,
-        Trainer,
-        load_training_data,
-        load_unlabeled,
-        sample_per_label,
+    from clef_engine.train import Trainer, load_unlabeled
+
+    data = _load_data(args)
+    config = _train_config(args)
+    if args.pseudo_per_label is not None and args.unlabeled is None:
+        raise UsageError("--pseudo-per-label caps the pseudo-labels of --unlabeled; give both")
+    if args.unlabeled_text_col is not None and args.unlabeled is None:
+        raise UsageError("--unlabeled-text-col names a column of --unlabeled; give both")
+    apply_threads(args)
+    unlabeled = None
+    if args.unlabeled:
+        column = args.unlabeled_text_col or args.text_col
+        unlabeled = load_unlabeled(args.unlabeled, text_col=column)
+    result = Trainer(config, backbone=args.backbone).fit(
+        data, args.out, resume=args.resume, unlabeled=unlabeled
     )
+    sys.stdout.write(json.dumps(_summary(result, len(data)), indent=2) + "\n")
+    return 0
+
+
+def _load_data(args: argparse.Namespace) -> TrainingSet:
+    """The labelled training data: from DATA (with ``--questions``) or from ``--from-log``
+    (written to OUT/from_log first), cut to ``--examples-per-label`` when given."""
+    from clef_engine.train import load_training_data, sample_per_label
 
     if (args.data is None) == (args.from_log is None):
         raise UsageError("give the training data or --from-log LOG (one of them)")
@@ -249,6 +270,14 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.examples_per_label is not None:
         data = sample_per_label(data, args.examples_per_label, seed=args.seed or 0)
+    return data
+
+
+def _train_config(args: argparse.Namespace) -> TrainConfig:
+    """The ``--recipe`` preset with the flags given on the command line; a value the config
+    refuses becomes a usage error."""
+    from clef_engine.train import TrainConfig
+
     kwargs: dict[str, Any] = {
         field: getattr(args, field) for field in _FIELDS if getattr(args, field) is not None
     }
@@ -268,23 +297,16 @@ def run(args: argparse.Namespace) -> int:
         config.check()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.pseudo_per_label is not None and args.unlabeled is None:
-        raise UsageError("--pseudo-per-label caps the pseudo-labels of --unlabeled; give both")
-    if args.unlabeled_text_col is not None and args.unlabeled is None:
-        raise UsageError("--unlabeled-text-col names a column of --unlabeled; give both")
-    apply_threads(args)
-    unlabeled = None
-    if args.unlabeled:
-        column = args.unlabeled_text_col or args.text_col
-        unlabeled = load_unlabeled(args.unlabeled, text_col=column)
-    result = Trainer(config, backbone=args.backbone).fit(
-        data, args.out, resume=args.resume, unlabeled=unlabeled
-    )
+    return config
+
+
+def _summary(result: TrainResult, states: int) -> dict[str, Any]:
+    """What ``finetune`` prints: the model dir, validation metrics and timings."""
     # After the labelled states were dropped from the unlabelled ones.
     semi = next((h for h in result.history if "pseudo_labels" in h), None)
-    summary = {
+    return {
         "model_dir": str(result.directory),
-        "states": len(data),
+        "states": states,
         "best_epoch": result.best_epoch,
         **({k: int(semi[k]) for k in ("unlabeled_states", "pseudo_labels")} if semi else {}),
         "validation": {k: round(v, 4) for k, v in result.validation.items()},
@@ -301,5 +323,3 @@ def run(args: argparse.Namespace) -> int:
         ),
         "seconds": round(result.seconds, 1),
     }
-    sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-    return 0
