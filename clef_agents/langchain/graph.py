@@ -93,31 +93,9 @@ def clef_path(
     gate = inherited or ConfidenceGate(min_confidence, saved=engine_thresholds(engine))
 
     if multi:
-        if not isinstance(question, Mapping) or not question:
-            raise InvalidRequestError(
-                "multi=True needs a mapping {node: Noul or description}", field="question"
-            )
-        questions: dict[str, Any] = dict(_nouls(question))
-        fan_out = ConfidenceGate(threshold, field="threshold")
-
-        def choose(result: DecisionResult) -> Any:
-            picked = []
-            for node in questions:
-                answer = result.answers[node]
-                assert isinstance(answer, NoulAnswer)
-                if fan_out.passes(answer.noul, node, questions[node]):
-                    picked.append(nodes.get(node, node))
-            return picked or fallback
-
+        questions, choose = _fan_out(question, threshold, nodes, fallback)
     else:
-        questions = {"route": as_choice(question)}
-        options = [o.name for o in questions["route"].option_specs()]
-
-        def choose(result: DecisionResult) -> Any:
-            answer = result.answers["route"]
-            assert isinstance(answer, ChoiceAnswer)
-            pick = gate.pick(answer, options, qid, questions["route"])
-            return fallback if pick.route is None else nodes.get(pick.route, pick.route)
+        questions, choose = _route(question, gate, qid, nodes, fallback)
 
     def path(state: Any) -> Any:
         result = engine.decide(extract_state(state, state_from), questions)
@@ -135,6 +113,51 @@ def clef_path(
     destinations = [nodes.get(n, n) for n in _options(questions, multi)] + [fallback]
     runnable.destinations = list(dict.fromkeys(destinations))  # type: ignore[attr-defined]
     return runnable
+
+
+_Chooser = Callable[[DecisionResult], Any]
+"""Decision in, next node name(s) out."""
+
+
+def _fan_out(
+    question: Any, threshold: float, nodes: Mapping[str, str], fallback: str
+) -> tuple[dict[str, Any], _Chooser]:
+    """The ``multi=True`` questions (one ``noul`` per node) and a chooser that runs every
+    node whose P(yes) passes ``threshold``, or ``fallback`` when none does."""
+    if not isinstance(question, Mapping) or not question:
+        raise InvalidRequestError(
+            "multi=True needs a mapping {node: Noul or description}", field="question"
+        )
+    questions: dict[str, Any] = dict(_nouls(question))
+    fan_out = ConfidenceGate(threshold, field="threshold")
+
+    def choose(result: DecisionResult) -> Any:
+        picked = []
+        for node in questions:
+            answer = result.answers[node]
+            assert isinstance(answer, NoulAnswer)
+            if fan_out.passes(answer.noul, node, questions[node]):
+                picked.append(nodes.get(node, node))
+        return picked or fallback
+
+    return questions, choose
+
+
+def _route(
+    question: Any, gate: ConfidenceGate, qid: str, nodes: Mapping[str, str], fallback: str
+) -> tuple[dict[str, Any], _Chooser]:
+    """The one ``choice`` question (id ``route``) and a chooser that follows the chosen
+    option's node when ``gate`` passes it, else ``fallback``."""
+    questions: dict[str, Any] = {"route": as_choice(question)}
+    options = [o.name for o in questions["route"].option_specs()]
+
+    def choose(result: DecisionResult) -> Any:
+        answer = result.answers["route"]
+        assert isinstance(answer, ChoiceAnswer)
+        pick = gate.pick(answer, options, qid, questions["route"])
+        return fallback if pick.route is None else nodes.get(pick.route, pick.route)
+
+    return questions, choose
 
 
 def _options(questions: Mapping[str, Any], multi: bool) -> list[str]:
