@@ -97,6 +97,29 @@ def _read_hf_config(directory: Path) -> dict[str, Any]:
     return data
 
 
+def _causal_lm_config(directory: Path) -> dict[str, Any]:
+    """``directory``'s Hugging Face config, refused unless it is a causal LM."""
+    hf_config = _read_hf_config(directory)
+    if not _is_causal_lm(hf_config):
+        archs = hf_config.get("architectures") or [hf_config.get("model_type", "unknown")]
+        raise ModelLoadError(
+            f"decoder: {str(directory)!r} is not a causal LM (architectures: "
+            f"{', '.join(map(str, archs))}); the decoder backbone needs a *ForCausalLM "
+            "checkpoint such as Qwen3 or Llama; use backbone='encoder' for encoders"
+        )
+    return hf_config
+
+
+def _check_modes(*, prior: str | None, strategy: str, quantize: str | None) -> None:
+    """Refuse an unknown ``prior``, ``strategy`` or ``quantize`` before anything loads."""
+    if prior not in (None, "content_free"):
+        raise ValueError(f"prior: use 'content_free' or None; got {prior!r}")
+    if strategy not in _STRATEGIES:
+        raise ValueError(f"strategy: use one of {_STRATEGIES}; got {strategy!r}")
+    if quantize not in (None, "int8"):
+        raise ValueError(f"quantize: unknown mode {quantize!r}; use None or 'int8'")
+
+
 class DecoderBackbone:
     """A local causal LM (Qwen3, Llama, Mistral, Gemma, ...) that scores option answers.
 
@@ -154,21 +177,9 @@ class DecoderBackbone:
                 "decoder: a local causal-LM directory is required, e.g. "
                 "DecisionEngine(backbone='decoder', path='/models/Qwen3-1.7B')"
             )
-        if prior not in (None, "content_free"):
-            raise ValueError(f"prior: use 'content_free' or None; got {prior!r}")
-        if strategy not in _STRATEGIES:
-            raise ValueError(f"strategy: use one of {_STRATEGIES}; got {strategy!r}")
-        if quantize not in (None, "int8"):
-            raise ValueError(f"quantize: unknown mode {quantize!r}; use None or 'int8'")
+        _check_modes(prior=prior, strategy=strategy, quantize=quantize)
         self.directory = Path(path).expanduser()
-        hf_config = _read_hf_config(self.directory)
-        if not _is_causal_lm(hf_config):
-            archs = hf_config.get("architectures") or [hf_config.get("model_type", "unknown")]
-            raise ModelLoadError(
-                f"decoder: {str(self.directory)!r} is not a causal LM (architectures: "
-                f"{', '.join(map(str, archs))}); the decoder backbone needs a *ForCausalLM "
-                "checkpoint such as Qwen3 or Llama; use backbone='encoder' for encoders"
-            )
+        hf_config = _causal_lm_config(self.directory)
         self.device = select_device(device)
         self.dtype = select_dtype(self.device, dtype)
         if quantize == "int8" and self.device.type != "cpu":
@@ -185,21 +196,7 @@ class DecoderBackbone:
         if check_memory:
             check_fits(self.directory, self.memory, self.device, self.dtype)
         self.tokenizer, self.model = self._load()
-        text_config = self.model.config.get_text_config()
-        self.hidden_size = int(text_config.hidden_size)
-        window = int(getattr(text_config, "max_position_embeddings", 0) or 4096)
-        self.max_length = int(max_length or window)
-        if self.max_length < 64:
-            raise ValueError(f"max_length must be at least 64; got {self.max_length}")
-        self.use_chat_template = use_chat_template
-        self.frame = build_frame(self.tokenizer, use_chat_template=use_chat_template)
-        pad = self.tokenizer.pad_token_id
-        if pad is None:
-            pad = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
-        self.pad_id = int(pad)
-        self._head = ([self.frame.bos] if self.frame.bos is not None else []) + self._ids(
-            self.frame.head
-        )
+        self._set_up_prompt(max_length, use_chat_template)
         self._compile = compile
         self._plans: dict[str, _Plan] = {}
         self._priors: dict[str, torch.Tensor] = {}
@@ -240,6 +237,25 @@ class DecoderBackbone:
         # Long states are cut by us; silence the tokenizer's "too long" warning.
         tokenizer.model_max_length = 1 << 30
         return tokenizer, model
+
+    def _set_up_prompt(self, max_length: int | None, use_chat_template: bool) -> None:
+        """Read the context window, prompt frame and pad id off the loaded model and
+        tokenizer."""
+        text_config = self.model.config.get_text_config()
+        self.hidden_size = int(text_config.hidden_size)
+        window = int(getattr(text_config, "max_position_embeddings", 0) or 4096)
+        self.max_length = int(max_length or window)
+        if self.max_length < 64:
+            raise ValueError(f"max_length must be at least 64; got {self.max_length}")
+        self.use_chat_template = use_chat_template
+        self.frame = build_frame(self.tokenizer, use_chat_template=use_chat_template)
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else 0
+        self.pad_id = int(pad)
+        self._head = ([self.frame.bos] if self.frame.bos is not None else []) + self._ids(
+            self.frame.head
+        )
 
     def _reset_scorer(self) -> None:
         self.scorer = TreeScorer(

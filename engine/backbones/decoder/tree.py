@@ -63,6 +63,84 @@ def _chunks(costs: list[int], budget: int) -> list[list[int]]:
     return out
 
 
+@dataclass
+class _Tree:
+    """Every row's question blocks and options, packed into one ``[B, T]`` batch."""
+
+    ids: torch.Tensor
+    pos: torch.Tensor
+    """Position ids, continuing from each row's prefix."""
+    seg: torch.Tensor
+    """Segment of each token: one per block and one per option (pad: -1)."""
+    parent: torch.Tensor
+    """The segment a token also sees: a block sees only the prefix (-2), an option its
+    block's segment (pad: -3)."""
+    gather: list[tuple[int, int]]
+    """(row, column) of the hidden state that predicts each answer token."""
+    targets: list[int]
+    """Each answer token."""
+    owner: list[int]
+    """Each answer token's option, numbered across the whole batch."""
+    n_options: int
+    shapes: list[list[int]]
+    """Per row, the number of options of each group."""
+
+
+def _pack(rows: list[Row], pad_id: int) -> _Tree:
+    """Pack the question blocks and options of ``rows``, padded with ``pad_id``."""
+    b = len(rows)
+    t_max = max(r.tree_length() for r in rows)
+    ids = torch.full((b, t_max), pad_id, dtype=torch.long)
+    pos = torch.zeros((b, t_max), dtype=torch.long)
+    seg = torch.full((b, t_max), -1, dtype=torch.long)
+    parent = torch.full((b, t_max), -3, dtype=torch.long)
+    tree = _Tree(ids, pos, seg, parent, gather=[], targets=[], owner=[], n_options=0, shapes=[])
+    for i, r in enumerate(rows):
+        at, s, p0 = 0, 0, len(r.prefix)
+        tree.shapes.append([])
+        for g in r.groups:
+            nb = len(g.block)
+            block_seg = s
+            ids[i, at : at + nb] = torch.tensor(g.block)
+            pos[i, at : at + nb] = torch.arange(p0, p0 + nb)
+            seg[i, at : at + nb] = block_seg
+            parent[i, at : at + nb] = -2
+            last = at + nb - 1
+            at, s = at + nb, s + 1
+            for o in g.options:
+                no = len(o)
+                ids[i, at : at + no] = torch.tensor(o)
+                pos[i, at : at + no] = torch.arange(p0 + nb, p0 + nb + no)
+                seg[i, at : at + no] = s
+                parent[i, at : at + no] = block_seg
+                for j, token in enumerate(o):
+                    tree.gather.append((i, last if j == 0 else at + j - 1))
+                    tree.targets.append(token)
+                    tree.owner.append(tree.n_options)
+                tree.n_options += 1
+                at, s = at + no, s + 1
+            tree.shapes[-1].append(len(g.options))
+    return tree
+
+
+def _tree_mask(tree: _Tree, prefix_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The additive ``[B, T, P + T]`` mask of the tree pass: prefix keys where real, then
+    tree keys in the token's own segment (causally) or in its parent segment."""
+    seg, parent = tree.seg, tree.parent
+    b, t_max = seg.shape
+    p_max = prefix_mask.shape[1]
+    # allowed[b, t, s]: same segment and not in the future, or s is in t's parent block.
+    causal = torch.ones(t_max, t_max, dtype=torch.bool).tril()
+    same = (seg.unsqueeze(2) == seg.unsqueeze(1)) & causal
+    in_parent = parent.unsqueeze(2) == seg.unsqueeze(1)
+    tree_allowed = same | in_parent
+    prefix_allowed = (prefix_mask.bool().unsqueeze(1)).expand(b, t_max, p_max).clone()
+    allowed = torch.cat([prefix_allowed, tree_allowed], dim=2)
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask
+
+
 class TreeScorer:
     """Scores option answers of rows on a causal LM (see module docstring).
 
@@ -142,10 +220,33 @@ class TreeScorer:
         return out
 
     def _score_chunk(self, rows: list[Row]) -> list[list[torch.Tensor]]:
+        decoder = self.decoder()
+        cache, prefix_mask = self._prefill(decoder, rows)
+        tree = _pack(rows, self.pad_id)
+        mask = _tree_mask(tree, prefix_mask, self.dtype)
+        device = self.device
+        hidden = decoder(
+            input_ids=tree.ids.to(device),
+            attention_mask=mask.unsqueeze(1).to(device),
+            position_ids=tree.pos.to(device),
+            use_cache=True,
+            **{self._cache_kw: cache},
+        ).last_hidden_state
+        flat = self._mean_per_option(hidden, tree.gather, tree.targets, tree.owner, tree.n_options)
+        out: list[list[torch.Tensor]] = []
+        k = 0
+        for sizes in tree.shapes:
+            out.append([])
+            for n in sizes:
+                out[-1].append(flat[k : k + n])
+                k += n
+        return out
+
+    def _prefill(self, decoder: Any, rows: list[Row]) -> tuple[Any, torch.Tensor]:
+        """Run the right-padded state prefixes through ``decoder`` into a fresh KV cache;
+        return the cache and the ``[B, P]`` prefix mask (1 on real tokens)."""
         from transformers import DynamicCache
 
-        device, dtype = self.device, self.dtype
-        decoder = self.decoder()
         b = len(rows)
         p_max = max(len(r.prefix) for r in rows)
         prefix = torch.full((b, p_max), self.pad_id, dtype=torch.long)
@@ -154,76 +255,16 @@ class TreeScorer:
             prefix[i, : len(r.prefix)] = torch.tensor(r.prefix)
             prefix_mask[i, : len(r.prefix)] = 1
         # A cache without the config: every layer keeps every position, which the tree
-        # mask below needs (it addresses prefix keys by their column).
+        # mask needs (it addresses prefix keys by their column).
         cache = DynamicCache()
+        device = self.device
         decoder(
             input_ids=prefix.to(device),
             attention_mask=prefix_mask.to(device),
             use_cache=True,
             **{self._cache_kw: cache},
         )
-
-        t_max = max(r.tree_length() for r in rows)
-        ids = torch.full((b, t_max), self.pad_id, dtype=torch.long)
-        pos = torch.zeros((b, t_max), dtype=torch.long)
-        seg = torch.full((b, t_max), -1, dtype=torch.long)  # pad: -1
-        parent = torch.full((b, t_max), -3, dtype=torch.long)  # block: -2 (the prefix)
-        gather: list[tuple[int, int]] = []
-        targets: list[int] = []
-        owner: list[int] = []
-        n_options = 0
-        shapes: list[list[int]] = []
-        for i, r in enumerate(rows):
-            at, s, p0 = 0, 0, len(r.prefix)
-            shapes.append([])
-            for g in r.groups:
-                nb = len(g.block)
-                block_seg = s
-                ids[i, at : at + nb] = torch.tensor(g.block)
-                pos[i, at : at + nb] = torch.arange(p0, p0 + nb)
-                seg[i, at : at + nb] = block_seg
-                parent[i, at : at + nb] = -2
-                last = at + nb - 1
-                at, s = at + nb, s + 1
-                for o in g.options:
-                    no = len(o)
-                    ids[i, at : at + no] = torch.tensor(o)
-                    pos[i, at : at + no] = torch.arange(p0 + nb, p0 + nb + no)
-                    seg[i, at : at + no] = s
-                    parent[i, at : at + no] = block_seg
-                    for j, token in enumerate(o):
-                        gather.append((i, last if j == 0 else at + j - 1))
-                        targets.append(token)
-                        owner.append(n_options)
-                    n_options += 1
-                    at, s = at + no, s + 1
-                shapes[-1].append(len(g.options))
-
-        # allowed[b, t, s]: same segment and not in the future, or s is in t's parent block.
-        causal = torch.ones(t_max, t_max, dtype=torch.bool).tril()
-        same = (seg.unsqueeze(2) == seg.unsqueeze(1)) & causal
-        in_parent = parent.unsqueeze(2) == seg.unsqueeze(1)
-        tree_allowed = same | in_parent
-        prefix_allowed = (prefix_mask.bool().unsqueeze(1)).expand(b, t_max, p_max).clone()
-        allowed = torch.cat([prefix_allowed, tree_allowed], dim=2)
-        mask = torch.zeros(allowed.shape, dtype=dtype)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-        hidden = decoder(
-            input_ids=ids.to(device),
-            attention_mask=mask.unsqueeze(1).to(device),
-            position_ids=pos.to(device),
-            use_cache=True,
-            **{self._cache_kw: cache},
-        ).last_hidden_state
-        flat = self._mean_per_option(hidden, gather, targets, owner, n_options)
-        out: list[list[torch.Tensor]] = []
-        k = 0
-        for sizes in shapes:
-            out.append([])
-            for n in sizes:
-                out[-1].append(flat[k : k + n])
-                k += n
-        return out
+        return cache, prefix_mask
 
     # -- reference ------------------------------------------------------------------
 
