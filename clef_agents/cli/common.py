@@ -142,7 +142,13 @@ def number(
     """An argparse ``type=`` that parses a finite number inside a range.
 
     Example:
-        >>> parser.add_argument("--lr", type=number(float, low=0, low_open=True))  # doctest: +SKIP
+        >>> parser = argparse.ArgumentParser()
+        >>> _ = parser.add_argument("--lr", type=number(float, low=0, low_open=True))
+        >>> parser.parse_args(["--lr", "3e-4"]).lr
+        0.0003
+        >>> number(float, low=0, low_open=True)("0")
+        Traceback (most recent call last):
+        argparse.ArgumentTypeError: must be > 0; got 0
     """
     lo = "(" if low_open else "["
     hi = ")" if high_open else "]"
@@ -209,7 +215,11 @@ def add_deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str) ->
     """Keep ``old`` working as a hidden, deprecated spelling of the existing flag ``new``.
 
     Example:
-        >>> add_deprecated_alias(parser, "--column", "--text-col")  # doctest: +SKIP
+        >>> parser = argparse.ArgumentParser()
+        >>> _ = parser.add_argument("--text-col", default="text")
+        >>> add_deprecated_alias(parser, "--column", "--text-col")
+        >>> parser.parse_args(["--column", "question"]).text_col  # warns on stderr
+        'question'
     """
     target = next(a for a in parser._actions if new in a.option_strings)
     parser.add_argument(old, action=_DeprecatedAlias, target=target)

@@ -10,8 +10,9 @@ question is answered zero-shot once, by the first member's base engine, as a sin
 fine-tuned model answers it.
 
 Example:
-    >>> engine = DecisionEngine.from_pretrained("./out/banking77-ensemble")   # doctest: +SKIP
-    >>> len(engine.head.members)                                             # doctest: +SKIP
+    >>> from clef_engine import DecisionEngine
+    >>> engine = DecisionEngine.from_pretrained("./out/tickets-ensemble")  # ensemble=2
+    >>> len(engine.head.members)
     2
 """
 

@@ -11,9 +11,13 @@ backbone (the adapter is not applied), exactly as an engine without a trained he
 answer it; that base backbone is loaded the first time such a question arrives.
 
 Example:
-    >>> engine = DecisionEngine.from_pretrained("./out/banking77")     # doctest: +SKIP
-    >>> engine.head.knows(question)                                  # doctest: +SKIP
+    >>> from clef_engine import Choice, DecisionEngine, Noul
+    >>> engine = DecisionEngine.from_pretrained("./out/tickets")  # clef-agents finetune's output
+    >>> engine.head.knows(Choice(instructions="route the ticket",
+    ...                          criteria=["billing", "tech", "sales"]))  # as trained
     True
+    >>> engine.head.knows(Noul(instructions="Is the customer angry?"))  # answered zero-shot
+    False
 """
 
 from __future__ import annotations

@@ -17,10 +17,22 @@ rather than one wording. The same sampler with a fixed seed gives the evaluation
 questions (:meth:`MixtureSampler.canonical`): each set's own question, all its options.
 
 Example:
-    >>> sets = load_mixture("../shared/data/decision-mix", split="train")  # doctest: +SKIP
-    >>> item = MixtureSampler(sets, seed=0).draw()                          # doctest: +SKIP
-    >>> item.question.type, item.label                                      # doctest: +SKIP
-    ('noul', 0)
+    >>> import json, pathlib
+    >>> hwu64 = pathlib.Path("decision-mix/hwu64")      # one set, three rows of it
+    >>> hwu64.mkdir(parents=True)
+    >>> rows = [{"text": "wake me up at seven", "label": "alarm_set"},
+    ...         {"text": "will it rain today", "label": "weather_query"},
+    ...         {"text": "play some jazz", "label": "play_music"}]
+    >>> _ = (hwu64 / "train.jsonl").write_text("\\n".join(json.dumps(r) for r in rows))
+    >>> sampler = MixtureSampler(load_mixture("decision-mix", split="train"), seed=0)
+    >>> item = sampler.draw()
+    >>> item.state, item.question.type, item.question.instructions, item.label
+    ('will it rain today', 'choice', 'Pick the best category.', 0)
+    >>> list(item.question.criteria)                # names raw or readable, shuffled
+    ['weather_query', 'set an alarm', 'play music']
+    >>> item = sampler.draw()
+    >>> item.state, item.question.type, item.question.instructions, item.label
+    ('play some jazz', 'noul', 'Does this message concern set an alarm?', 1)
 """
 
 from __future__ import annotations

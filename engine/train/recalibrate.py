@@ -9,8 +9,10 @@ saved into the model dir (or a new one).
 
 Example:
     >>> from clef_engine.train import calibrate
-    >>> report = calibrate("out/banking77", "heldout.csv", label_col="category")  # doctest: +SKIP
-    >>> report.after["ece"] <= report.before["ece"]  # doctest: +SKIP
+    >>> report = calibrate("out/tickets", "heldout.csv", label_col="category")
+    >>> report.labels, report.saved
+    (48, 'out/tickets')
+    >>> report.after["ece"] <= report.before["ece"]
     True
 """
 

@@ -19,8 +19,8 @@ Example:
     >>> page = np.full((120, 400, 3), 255, np.uint8)
     >>> page[40, 50:350] = page[79, 50:350] = 120              # an input's border
     >>> page[40:80, 50] = page[40:80, 349] = 120
-    >>> [c.box for c in find_controls(page)]                   # doctest: +SKIP
-    [(50, 40, 350, 80)]
+    >>> [c.box for c in find_controls(page)]       # the dilated ring's outer edge
+    [(49, 39, 351, 81)]
 """
 
 from __future__ import annotations

@@ -9,9 +9,8 @@ Example:
     >>> from clef_engine.backbones.vision.images import from_pil
     >>> pipeline = VisionPipeline()
     >>> [ev] = pipeline.evidence([from_pil(Image.new("RGB", (64, 32), "white"), "state")])
-    ...                                                         # doctest: +SKIP
-    >>> ev.elements                                             # doctest: +SKIP
-    []
+    >>> ev.elements, (ev.width, ev.height)                      # a blank image: no text
+    ([], (64, 32))
 """
 
 from __future__ import annotations
