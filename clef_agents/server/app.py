@@ -21,8 +21,8 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -379,35 +379,50 @@ def create_app(
     cfg = (config or ServerConfig()).validate()
     state = ServerState(engine, cfg, batcher)
     state.decision_log = decision_log
+    app = FastAPI(
+        title="clef-agents decision server",
+        description="TypeSafe /v1/systemone on a local decision engine.",
+        lifespan=_lifespan(state),
+        # A redirect would build its Location from the client's Host header.
+        redirect_slashes=False,
+    )
+    app.state.clef = state
+    app.openapi = functools.partial(openapi, app)  # type: ignore[method-assign]
+    app.exception_handler(StarletteHTTPException)(_http_exception)
+    _add_decision_routes(app, state)
+    _add_info_routes(app, state)
+    app.add_middleware(_Frame, state=state)
+    return app
+
+
+def _lifespan(state: ServerState) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the batcher with the app; stop it (draining its queue) when the app stops."""
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> Any:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await state.ensure_started()
         try:
             yield
         finally:
             await state.stop()
 
-    app = FastAPI(
-        title="clef-agents decision server",
-        description="TypeSafe /v1/systemone on a local decision engine.",
-        lifespan=lifespan,
-        # A redirect would build its Location from the client's Host header.
-        redirect_slashes=False,
-    )
-    app.state.clef = state
-    app.openapi = functools.partial(openapi, app)  # type: ignore[method-assign]
+    return lifespan
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_exception(request: Request, exc: StarletteHTTPException) -> Response:
-        kinds = {404: "not_found_error", 405: "method_not_allowed"}
-        error = HTTPError(
-            exc.status_code,
-            kinds.get(exc.status_code, "http_error"),
-            str(exc.detail),
-            headers=dict(exc.headers or {}),  # 405 carries Allow
-        )
-        return _error_response(error)
+
+async def _http_exception(request: Request, exc: StarletteHTTPException) -> Response:
+    """Starlette's own 404 and 405 (an unknown path or method) in the documented shape."""
+    kinds = {404: "not_found_error", 405: "method_not_allowed"}
+    error = HTTPError(
+        exc.status_code,
+        kinds.get(exc.status_code, "http_error"),
+        str(exc.detail),
+        headers=dict(exc.headers or {}),  # 405 carries Allow
+    )
+    return _error_response(error)
+
+
+def _add_decision_routes(app: FastAPI, state: ServerState) -> None:
+    """``POST /v1/systemone`` (one state) and ``POST /v1/systemone/batch`` (many)."""
 
     @app.post("/v1/systemone")
     @_guarded
@@ -420,8 +435,8 @@ def create_app(
         except InvalidRequestError as exc:
             raise ValidationFailed.from_engine(exc) from None
         _check_model(state, payload)
-        budget.check_questions(decision.questions, cfg)
-        budget.check_state(decision.state, cfg)
+        budget.check_questions(decision.questions, state.config)
+        budget.check_state(decision.state, state.config)
         await state.ensure_started()
         [slot] = await until_disconnected(state.batcher.submit([decision]), request)
         if isinstance(slot, BaseException):
@@ -436,40 +451,7 @@ def create_app(
     async def systemone_batch(request: Request) -> Response:
         _authorize(state, request)
         payload = await _read_payload(state, request)
-        states = payload.get("states")
-        if not isinstance(states, list) or not states:
-            raise ValidationFailed.one(["states"], "states must be a non-empty array", "missing")
-        if len(states) > cfg.max_batch_items:
-            raise ValidationFailed.one(
-                ["states"],
-                f"{len(states)} states; the limit is {cfg.max_batch_items}",
-                "too_long",
-            )
-        questions = payload.get("questions")
-        if not isinstance(questions, dict):
-            raise ValidationFailed.one(["questions"], "questions must be an object", "dict_type")
-        try:
-            parsed = questions_from(questions)
-        except InvalidRequestError as exc:
-            raise ValidationFailed.from_engine(exc) from None
-        _check_model(state, payload)
-        budget.check_questions(parsed, cfg)
-        budget.check_batch_states(states, cfg)
-
-        def item_request(indexed: tuple[int, Any]) -> DecisionRequest:
-            i, item = indexed
-            item_payload: dict[str, Any] = {"state": item, "questions": parsed}
-            if payload.get("assets") is not None:
-                item_payload["assets"] = payload["assets"]
-            try:
-                decision = DecisionRequest.parse(item_payload).without_paths()
-                budget.check_state(decision.state, cfg, i)
-            except InvalidRequestError as exc:
-                raise ValidationFailed.from_engine(exc, ("states", i)) from None
-            return decision
-
-        # Each state is refused in its own slot (422/413 there); the others are answered.
-        items = Slots.parse(enumerate(states), item_request, catch=(HTTPError, ValidationFailed))
+        items = _batch_items(state, payload)
         await state.ensure_started()
         answered = (
             await until_disconnected(state.batcher.submit(items.pending), request)
@@ -482,29 +464,79 @@ def create_app(
             state.decision_log.record_many(
                 items.pending, None, answered, [f"{rid}#{i}" for i in items.indexes]
             )
-        results: list[dict[str, Any]] = []
-        tokens = 0
-        for i, slot in enumerate(slots):
-            if isinstance(slot, (ValidationFailed, HTTPError)):
-                error = slot
-            elif isinstance(slot, BaseException):
-                error = engine_error(slot, ("states", i))
-            else:
-                wire = _wire(state, slot)
-                tokens += int(wire.get("usage", {}).get("input_tokens", 0))
-                state.metrics.decisions.inc()
-                results.append(wire)
-                continue
-            status, body = error_payload(error)
-            results.append({"error": {"status": status, **body}})
-        return _json(
-            200,
-            {
-                "model": state.model_name,
-                "results": results,
-                "usage": {"input_tokens": tokens, "output_tokens": 0},
-            },
+        return _json(200, _batch_answer(state, slots))
+
+
+def _batch_items(state: ServerState, payload: Mapping[str, Any]) -> Slots[DecisionRequest]:
+    """The batch's decision requests, one slot per state.
+
+    The request as a whole is refused (raised) for a bad ``states`` or ``questions``, an
+    unknown model or questions over budget; a bad state is refused in its own slot (422 or
+    413 there), so that the others are still answered.
+    """
+    cfg = state.config
+    states = payload.get("states")
+    if not isinstance(states, list) or not states:
+        raise ValidationFailed.one(["states"], "states must be a non-empty array", "missing")
+    if len(states) > cfg.max_batch_items:
+        raise ValidationFailed.one(
+            ["states"],
+            f"{len(states)} states; the limit is {cfg.max_batch_items}",
+            "too_long",
         )
+    questions = payload.get("questions")
+    if not isinstance(questions, dict):
+        raise ValidationFailed.one(["questions"], "questions must be an object", "dict_type")
+    try:
+        parsed = questions_from(questions)
+    except InvalidRequestError as exc:
+        raise ValidationFailed.from_engine(exc) from None
+    _check_model(state, payload)
+    budget.check_questions(parsed, cfg)
+    budget.check_batch_states(states, cfg)
+
+    def item_request(indexed: tuple[int, Any]) -> DecisionRequest:
+        i, item = indexed
+        item_payload: dict[str, Any] = {"state": item, "questions": parsed}
+        if payload.get("assets") is not None:
+            item_payload["assets"] = payload["assets"]
+        try:
+            decision = DecisionRequest.parse(item_payload).without_paths()
+            budget.check_state(decision.state, cfg, i)
+        except InvalidRequestError as exc:
+            raise ValidationFailed.from_engine(exc, ("states", i)) from None
+        return decision
+
+    return Slots.parse(enumerate(states), item_request, catch=(HTTPError, ValidationFailed))
+
+
+def _batch_answer(state: ServerState, slots: Sequence[Any]) -> dict[str, Any]:
+    """The batch response body: per state its answer or its own error, in order."""
+    results: list[dict[str, Any]] = []
+    tokens = 0
+    for i, slot in enumerate(slots):
+        if isinstance(slot, (ValidationFailed, HTTPError)):
+            error = slot
+        elif isinstance(slot, BaseException):
+            error = engine_error(slot, ("states", i))
+        else:
+            wire = _wire(state, slot)
+            tokens += int(wire.get("usage", {}).get("input_tokens", 0))
+            state.metrics.decisions.inc()
+            results.append(wire)
+            continue
+        status, body = error_payload(error)
+        results.append({"error": {"status": status, **body}})
+    return {
+        "model": state.model_name,
+        "results": results,
+        "usage": {"input_tokens": tokens, "output_tokens": 0},
+    }
+
+
+def _add_info_routes(app: FastAPI, state: ServerState) -> None:
+    """``GET /v1/models``, ``/healthz``, ``/readyz`` and ``/metrics``."""
+    cfg = state.config
 
     @app.get("/v1/models")
     @_guarded
@@ -554,6 +586,3 @@ def create_app(
         if not cfg.metrics_public:
             _authorize(state, request)  # a no-op without a key
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
-
-    app.add_middleware(_Frame, state=state)
-    return app
