@@ -35,7 +35,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from clef_agents.server.config import ServerConfig
 from clef_agents.server.errors import dumps
@@ -57,6 +57,11 @@ FD_RESERVE = 64
 Refused = Callable[[int, str], None]
 """Told ``(status, reason)`` each time the connection layer answers by itself (metrics)."""
 
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _HttpToolsBase
+else:
+    _HttpToolsBase = object  # uvicorn is optional; guarded_protocol adds the real base
+
 
 def _refusal(status: int, error_type: str, message: str, extra: dict[str, str]) -> bytes:
     from uvicorn.protocols.http.httptools_impl import STATUS_LINE
@@ -73,111 +78,127 @@ def _refusal(status: int, error_type: str, message: str, extra: dict[str, str]) 
     return STATUS_LINE[status] + head + b"\r\n" + body
 
 
+class _HeadLimits(_HttpToolsBase):
+    """The header, head-time and connection limits, over uvicorn's httptools protocol.
+
+    A mixin (uvicorn is an optional dependency): :func:`guarded_protocol` puts it in front
+    of ``HttpToolsProtocol``, sets ``settings`` and overrides ``_report_refused``.
+    """
+
+    settings: ClassVar[ServerConfig]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # bytes arriving now belong to a request line or headers
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refused = False
+
+    # -- asyncio.Protocol --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        cap = self.settings.max_connections
+        if len(self.connections) > cap:
+            self._refuse(
+                503,
+                "overloaded_error",
+                f"the server has {cap} connections open, its limit; retry later",
+                {"retry-after": "1"},
+            )
+            return
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused or self.transport.is_closing():
+            return  # read and dropped, see REFUSED_LINGER_S
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_timer is None:
+                self._arm_head_timer()
+        super().data_received(data)
+        limit = self.settings.max_header_bytes
+        if self._in_head and self._head_bytes > limit and not self.transport.is_closing():
+            self._refuse(
+                431,
+                "request_header_fields_too_large",
+                f"the request line and headers are larger than the limit of {limit} bytes",
+            )
+
+    # -- httptools callbacks -----------------------------------------------------------
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        self._disarm_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+
+    # -- limits ------------------------------------------------------------------------
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(
+            self.settings.header_timeout_s, self._head_timed_out
+        )
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._refused or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A pipelined head waits for the answer before it; close after that answer.
+            self.cycle.keep_alive = False
+            return
+        if self._head_bytes == 0:
+            self.transport.close()  # opened and never used
+            return
+        timeout = self.settings.header_timeout_s
+        self._refuse(
+            408,
+            "request_timeout",
+            f"the request headers did not arrive within {timeout:g} s",
+        )
+
+    def _refuse(
+        self, status: int, error_type: str, message: str, extra: dict[str, str] | None = None
+    ) -> None:
+        self._refused = True
+        self.connections.discard(self)  # lingering, it holds no place under the cap
+        self._disarm_head_timer()
+        self._unset_keepalive_if_required()
+        self.transport.write(_refusal(status, error_type, message, extra or {}))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(REFUSED_LINGER_S, self.transport.close)
+        self._report_refused(status, error_type)
+
+    def _report_refused(self, status: int, reason: str) -> None:
+        """Told each refusal (see :data:`Refused`); nobody listens by default."""
+
+
 def guarded_protocol(config: ServerConfig, on_refused: Refused | None = None) -> type[Any]:
     """uvicorn's httptools protocol with the header, head-time and connection limits."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    class GuardedHttpToolsProtocol(_HeadLimits, HttpToolsProtocol):
         settings: ClassVar[ServerConfig] = config
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._in_head = True  # bytes arriving now belong to a request line or headers
-            self._head_bytes = 0
-            self._head_timer: asyncio.TimerHandle | None = None
-            self._refused = False
-
-        # -- asyncio.Protocol ----------------------------------------------------------
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            cap = self.settings.max_connections
-            if len(self.connections) > cap:
-                self._refuse(
-                    503,
-                    "overloaded_error",
-                    f"the server has {cap} connections open, its limit; retry later",
-                    {"retry-after": "1"},
-                )
-                return
-            self._arm_head_timer()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm_head_timer()
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if self._refused or self.transport.is_closing():
-                return  # read and dropped, see REFUSED_LINGER_S
-            if self._in_head:
-                self._head_bytes += len(data)
-                if self._head_timer is None:
-                    self._arm_head_timer()
-            super().data_received(data)
-            limit = self.settings.max_header_bytes
-            if self._in_head and self._head_bytes > limit and not self.transport.is_closing():
-                self._refuse(
-                    431,
-                    "request_header_fields_too_large",
-                    f"the request line and headers are larger than the limit of {limit} bytes",
-                )
-
-        # -- httptools callbacks -----------------------------------------------------
-
-        def on_headers_complete(self) -> None:
-            self._in_head = False
-            self._head_bytes = 0
-            self._disarm_head_timer()
-            super().on_headers_complete()
-
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._in_head = True
-
-        # -- limits ------------------------------------------------------------------
-
-        def _arm_head_timer(self) -> None:
-            self._disarm_head_timer()
-            self._head_timer = self.loop.call_later(
-                self.settings.header_timeout_s, self._head_timed_out
-            )
-
-        def _disarm_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _head_timed_out(self) -> None:
-            self._head_timer = None
-            if self._refused or self.transport.is_closing():
-                return
-            if self.cycle is not None and not self.cycle.response_complete:
-                # A pipelined head waits for the answer before it; close after that answer.
-                self.cycle.keep_alive = False
-                return
-            if self._head_bytes == 0:
-                self.transport.close()  # opened and never used
-                return
-            timeout = self.settings.header_timeout_s
-            self._refuse(
-                408,
-                "request_timeout",
-                f"the request headers did not arrive within {timeout:g} s",
-            )
-
-        def _refuse(
-            self, status: int, error_type: str, message: str, extra: dict[str, str] | None = None
-        ) -> None:
-            self._refused = True
-            self.connections.discard(self)  # lingering, it holds no place under the cap
-            self._disarm_head_timer()
-            self._unset_keepalive_if_required()
-            self.transport.write(_refusal(status, error_type, message, extra or {}))
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-            self.loop.call_later(REFUSED_LINGER_S, self.transport.close)
+        def _report_refused(self, status: int, reason: str) -> None:
             if on_refused is not None:
-                on_refused(status, error_type)
+                on_refused(status, reason)
 
     return GuardedHttpToolsProtocol
 
