@@ -41,6 +41,28 @@ def register(sub: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # The helpers add their flags in the order --help lists them.
+    _add_listen_args(p)
+    _add_batching_args(p)
+    _add_connection_args(p)
+    _add_access_args(p)
+    _add_budget_args(p)
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM, how long queued requests may finish; then 503 (default 30)",
+    )
+    p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    _add_decision_log_args(p)
+    _add_ray_args(p)
+    add_engine_args(p)
+    p.set_defaults(func=run)
+
+
+def _add_listen_args(p: argparse.ArgumentParser) -> None:
+    """Where the server listens, and the API key it asks for."""
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument(
         "--port",
@@ -53,6 +75,10 @@ def register(sub: Any) -> None:
         metavar="VAR",
         help="require 'Authorization: Bearer <key>' with the key read from env VAR",
     )
+
+
+def _add_batching_args(p: argparse.ArgumentParser) -> None:
+    """The micro-batcher: batch size, how long a batch fills, the queue before 503."""
     p.add_argument(
         "--max-batch", type=int, default=64, metavar="N", help="requests per forward (1: off)"
     )
@@ -66,6 +92,10 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--max-queue", type=int, default=256, metavar="Q", help="queued requests before 503"
     )
+
+
+def _add_connection_args(p: argparse.ArgumentParser) -> None:
+    """Caps and deadlines per request body, request head and connection."""
     p.add_argument(
         "--max-body-mb", type=float, default=8.0, metavar="MB", help="request body cap (413)"
     )
@@ -104,6 +134,10 @@ def register(sub: Any) -> None:
         metavar="N",
         help="open connections past which a new one gets 503 and is closed (default 1024)",
     )
+
+
+def _add_access_args(p: argparse.ArgumentParser) -> None:
+    """Whether /metrics needs the key, and which model names requests may ask for."""
     p.add_argument(
         "--metrics-public",
         action=argparse.BooleanOptionalAction,
@@ -124,6 +158,10 @@ def register(sub: Any) -> None:
         default=True,
         help="accept Jev's pinned names such as jev-1.13.0 (default: yes)",
     )
+
+
+def _add_budget_args(p: argparse.ArgumentParser) -> None:
+    """How much work one request may ask for: state length, option and example texts."""
     p.add_argument(
         "--max-state-chars",
         type=int,
@@ -153,15 +191,10 @@ def register(sub: Any) -> None:
         metavar="N",
         help=f"option examples per request (422; default {SERVER_MAX_EXAMPLE_TEXTS})",
     )
-    p.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=30.0,
-        metavar="S",
-        help="on SIGTERM, how long queued requests may finish; then 503 (default 30)",
-    )
-    p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
-    _add_decision_log_args(p)
+
+
+def _add_ray_args(p: argparse.ArgumentParser) -> None:
+    """Ray Serve: replicas of the engine, the cluster, GPUs per replica."""
     p.add_argument("--ray", action="store_true", help="run as a Ray Serve deployment")
     p.add_argument("--replicas", type=int, default=1, metavar="N", help="Ray Serve replicas")
     p.add_argument(
@@ -171,8 +204,6 @@ def register(sub: Any) -> None:
         help="Ray cluster to join (default: start a local one)",
     )
     p.add_argument("--num-gpus", type=float, default=0.0, metavar="G", help="GPUs per Ray replica")
-    add_engine_args(p)
-    p.set_defaults(func=run)
 
 
 def server_config(args: argparse.Namespace) -> Any:
