@@ -2,9 +2,12 @@
 over time, and confidence drift (per time bucket and per model version).
 
 Example:
-    >>> summary = build_report("decisions.sqlite", buckets=12)       # doctest: +SKIP
-    >>> summary["by_source"]["model"]["accuracy"]                    # doctest: +SKIP
-    0.81
+    >>> summary = build_report("decisions.sqlite", buckets=12)   # 7 decisions, all labelled
+    >>> model = summary["by_source"]["model"]
+    >>> model["labelled"], model["correct"], round(model["accuracy"], 2)
+    (7, 6, 0.86)
+    >>> summary["fallback_rate"], len(summary["over_time"])
+    (0.0, 12)
 """
 
 from __future__ import annotations

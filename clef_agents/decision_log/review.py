@@ -9,10 +9,20 @@ the log; :func:`write_training_data` turns the labelled rows into the files
 ``clef-agents finetune`` reads (``state,question,label`` JSONL plus ``{id: question}``).
 
 Example:
-    >>> items = review_items("decisions.sqlite", below=0.6)          # doctest: +SKIP
-    >>> export_csv(items, "to_label.csv")                            # doctest: +SKIP
-    >>> import_labels("decisions.sqlite", "to_label.csv")            # doctest: +SKIP
-    42
+    >>> items = review_items("decisions.sqlite", below=0.6)
+    >>> [(item.decision.state, item.predicted, round(item.probability, 2)) for item in items]
+    [('hello?', 'sales', 0.34)]
+    >>> export_csv(items, "to_label.csv")
+    1
+    >>> import csv                          # the reviewer fills in the label column
+    >>> with open("to_label.csv", newline="") as fh:
+    ...     rows = [dict(row, label="billing") for row in csv.DictReader(fh)]
+    >>> with open("to_label.csv", "w", newline="") as fh:
+    ...     writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+    ...     _ = writer.writeheader()
+    ...     writer.writerows(rows)
+    >>> import_labels("decisions.sqlite", "to_label.csv")
+    1
 """
 
 from __future__ import annotations

@@ -13,9 +13,24 @@ client disconnected) is dropped from the queue, never computed. :meth:`MicroBatc
 answers whatever is still queued or running at its deadline with :class:`ShuttingDown`.
 
 Example:
-    >>> batcher = MicroBatcher(engine.decide_batch, max_batch=32, max_wait_ms=2)  # doctest: +SKIP
-    >>> await batcher.start()                                                       # doctest: +SKIP
-    >>> [result] = await batcher.submit([request])                                  # doctest: +SKIP
+    >>> import asyncio
+    >>> from clef_agents.fake import FakeEngine
+    >>> engine, sizes = FakeEngine(), []
+    >>> def run_batch(items):                       # one forward per batch
+    ...     sizes.append(len(items))
+    ...     return engine.decide_batch(items, return_exceptions=True)
+    >>> route = {"type": "choice", "criteria": {"billing": "refund", "tech": "error"}}
+    >>> async def serve(states):
+    ...     batcher = MicroBatcher(run_batch, max_batch=32, max_wait_ms=2)
+    ...     await batcher.start()
+    ...     calls = [batcher.submit([{"state": s, "questions": {"route": route}}]) for s in states]
+    ...     answers = await asyncio.gather(*calls)  # concurrent callers, one item each
+    ...     await batcher.stop()
+    ...     return [result["route"].choice for [result] in answers]
+    >>> asyncio.run(serve(["refund me", "an error", "a refund error?"]))
+    ['billing', 'tech', 'billing']
+    >>> sizes                                       # three requests, one batch
+    [3]
 """
 
 from __future__ import annotations
