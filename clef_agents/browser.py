@@ -6,9 +6,11 @@ browser runs with networking features off. Needs ``playwright`` (the ``[vision]`
 never run ``playwright install``.
 
 Example:
-    >>> shots = render_files(["tests/fixtures/pages/login--1.html"])   # doctest: +SKIP
-    >>> shots[0].png[:4]                                                # doctest: +SKIP
-    b'\\x89PNG'
+    >>> shots = render_files(["tests/fixtures/pages/login--1.html"])
+    >>> shots[0].png[:4], shots[0].size
+    (b'\\x89PNG', (1280, 800))
+    >>> [target.instructions for target in shots[0].targets]   # its data-target elements
+    ['the sign-in button']
 """
 
 from __future__ import annotations

@@ -14,11 +14,15 @@ Playwright itself is not imported: pages are duck-typed (``screenshot`` + ``goto
 
 Example:
     >>> from clef_agents.vision import ScreenshotClassifier
-    >>> classifier = ScreenshotClassifier()                       # doctest: +SKIP
-    >>> answer = classifier.classify(page)            # a Playwright Page  # doctest: +SKIP
-    >>> if answer.choice == "login" and answer.probabilities["login"] > 0.8:  # doctest: +SKIP
+    >>> classifier = ScreenshotClassifier()
+    >>> answer = classifier.classify(page)      # a Playwright Page on a sign-in form
+    >>> answer.choice, answer.probabilities["login"] > 0.8
+    ('login', True)
+    >>> if answer.choice == "login" and answer.probabilities["login"] > 0.8:
     ...     box = classifier.locate(page, "the sign-in button").box
     ...     page.mouse.click(*box.center(1280, 800))  # fractions -> viewport pixels
+    >>> box.center(1280, 800)                   # the button's middle, in viewport pixels
+    (640.0, 301.0)
 """
 
 from __future__ import annotations
@@ -149,9 +153,9 @@ class ScreenshotClassifier:
 
     Example:
         >>> classifier = ScreenshotClassifier()
-        >>> answer = classifier.classify(open("shot.png", "rb").read())   # doctest: +SKIP
-        >>> answer.choice, round(answer.probabilities[answer.choice], 2)  # doctest: +SKIP
-        ('login', 0.93)
+        >>> answer = classifier.classify(open("shot.png", "rb").read())   # a sign-in page
+        >>> answer.choice, round(answer.probabilities[answer.choice], 2)
+        ('login', 0.88)
     """
 
     def __init__(

@@ -4,9 +4,11 @@ The modules are imported by their installed names (``clef_engine.x``, not the ``
 folder's), so each example runs against the package a user imports. Each module's examples
 run in an empty working directory holding the files they open (:data:`FILES`: a
 screenshot, a fine-tuned model dir, a decision log, built here by real code) and with the
-names they use (:data:`GLOBS`). An example that cannot run in a test (a browser page, a
-server on a port, a multi-gigabyte decoder) is marked ``# doctest: +SKIP``; their number is
-pinned below so that it only goes down.
+names they use (:data:`GLOBS`: a screenshot, a Playwright page in the system Chromium).
+Without Chromium the browser modules' examples are skipped, as the browser integration
+tests are. An example that cannot run in a test (a server on a port, a multi-gigabyte
+decoder) is marked ``# doctest: +SKIP``; their number is pinned below so that it only goes
+down.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import importlib
 import io
 import shutil
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +28,13 @@ from PIL import Image, ImageDraw, ImageFont
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"engine": "clef_engine", "clef_agents": "clef_agents"}
-MAX_SKIPPED = 26  # examples marked +SKIP today; lower it when you make one run
+MAX_SKIPPED = 9  # examples marked +SKIP today; lower it when you make one run
 
 FILES: dict[str, dict[str, str]] = {
     # module: {path in the example's working directory: the asset put there}
     "clef_engine.backbones.vision.backbone": {"shot.png": "login.png"},
     "clef_agents.vision": {"shot.png": "login.png"},
+    "clef_agents.browser": {"tests/fixtures/pages/login--1.html": "login.html"},
     "clef_engine.heads.trained": {"out/tickets": "tickets-model"},
     "clef_engine.heads.ensemble": {"out/tickets-ensemble": "tickets-ensemble"},
     "clef_engine.train.recalibrate": {"out/tickets": "tickets-model", "heldout.csv": "heldout"},
@@ -41,7 +45,12 @@ GLOBS: dict[str, tuple[str, ...]] = {
     # module: names its examples use without defining them (see ``_screenshot``)
     "clef_engine.backbones.vision.ocr": ("screenshot",),
     "clef_engine.backbones.vision.clip": ("screenshot",),
+    "clef_engine.backbones.vision.dom": ("page",),
+    "clef_agents.vision": ("page",),
 }
+BROWSER = {"clef_agents.browser", "clef_engine.backbones.vision.dom", "clef_agents.vision"}
+"""Modules whose examples drive the system Chromium (through Playwright)."""
+LOGIN_HTML = ROOT / "tests" / "fixtures" / "pages" / "login--1.html"
 
 
 def _screenshot() -> Image.Image:
@@ -61,7 +70,20 @@ def _screenshot() -> Image.Image:
     return img
 
 
-MAKERS: dict[str, Callable[[], Any]] = {"screenshot": _screenshot}
+def _page(stack: ExitStack) -> Any:
+    """A 1280x800 Playwright page on the sign-in fixture, closed when ``stack`` closes."""
+    from clef_agents.browser import chromium
+
+    browser = stack.enter_context(chromium())
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(LOGIN_HTML.as_uri())
+    return page
+
+
+MAKERS: dict[str, Callable[[ExitStack], Any]] = {
+    "screenshot": lambda _: _screenshot(),
+    "page": _page,
+}
 
 TICKETS = {
     "billing": ["refund my payment", "money taken twice", "card fee refund", "payment failed"],
@@ -153,6 +175,7 @@ def _png(out: Path) -> Path:
 
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "login.png": _png,
+    "login.html": lambda _: LOGIN_HTML,
     "tickets-model": lambda out: _train(out, ensemble=1),
     "tickets-ensemble": lambda out: _train(out, ensemble=2),
     "heldout": _heldout,
@@ -200,19 +223,26 @@ def _tests(name: str) -> list[doctest.DocTest]:
 def test_docstring_examples_run(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, assets: Callable[[str], Path]
 ) -> None:
+    if name in BROWSER:
+        from clef_agents.browser import find_chromium
+
+        pytest.importorskip("playwright.sync_api")
+        if find_chromium() is None:
+            pytest.skip("Chromium is not installed (apt-get install chromium)")
     monkeypatch.chdir(tmp_path)
     for path, key in FILES.get(name, {}).items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         source = assets(key)
         copy = shutil.copytree if source.is_dir() else shutil.copyfile
         copy(source, tmp_path / path)
-    extra = {key: MAKERS[key]() for key in GLOBS.get(name, ())}
     flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
     runner = doctest.DocTestRunner(optionflags=flags)
     report: list[str] = []
-    for test in _tests(name):
-        test.globs.update(extra)
-        runner.run(test, out=report.append)
+    with ExitStack() as stack:
+        extra = {key: MAKERS[key](stack) for key in GLOBS.get(name, ())}
+        for test in _tests(name):
+            test.globs.update(extra)
+            runner.run(test, out=report.append)
     assert runner.failures == 0, "".join(report)
 
 

@@ -37,9 +37,14 @@ class VisionBackbone:
         ocr: A custom OCR engine (default: RapidOCR).
 
     Example:
-        >>> from clef_engine import DecisionEngine
-        >>> engine = DecisionEngine("vision")                        # doctest: +SKIP
-        >>> engine.decide(open("shot.png", "rb").read(), questions)  # doctest: +SKIP
+        >>> from clef_engine import Choice, DecisionEngine
+        >>> engine = DecisionEngine("vision")
+        >>> questions = {"page": Choice(instructions="What kind of page is this?", criteria={
+        ...     "login": "a sign-in form with email and password",
+        ...     "article": "a news article with paragraphs"})}
+        >>> shot = open("shot.png", "rb").read()                     # a sign-in page
+        >>> engine.decide(shot, questions).answers["page"].choice
+        'login'
     """
 
     kind = "vision"

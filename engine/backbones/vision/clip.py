@@ -10,9 +10,12 @@ Nothing is downloaded: the directory must hold ``config.json``, safetensors weig
 tokenizer and an image processor (what ``save_pretrained`` writes).
 
 Example:
-    >>> enc = ClipImageEncoder("/models/clip-vit-base-patch32")        # doctest: +SKIP
-    >>> enc.probabilities([screenshot], ["a login form", "a news article"])  # doctest: +SKIP
-    tensor([[0.93, 0.07]])
+    >>> from clef_engine.backbones.vision.testing import write_tiny_clip
+    >>> clip_dir = write_tiny_clip("tiny-clip")  # random weights; use a real CLIP or SigLIP dir
+    >>> enc = ClipImageEncoder(clip_dir)
+    >>> probs = enc.probabilities([screenshot], ["a login form", "a news article"])  # PIL images
+    >>> probs.shape, probs.sum(dim=-1)           # one distribution over the texts per image
+    (torch.Size([1, 2]), tensor([1.], dtype=torch.float64))
 """
 
 from __future__ import annotations

@@ -9,9 +9,18 @@ answered with the flat distribution (choice and score: uniform; noul: 0.5; box: 
 and ``x_no_content: true`` on the answer, so code can wait and screenshot again.
 
 Example:
-    >>> result = engine.decide(blank_png, {"page": page_question})   # doctest: +SKIP
-    >>> result.answers["page"].x_no_content                          # doctest: +SKIP
+    >>> import io
+    >>> from PIL import Image
+    >>> from clef_engine import Choice, DecisionEngine
+    >>> blank_png = io.BytesIO()
+    >>> Image.new("RGB", (1280, 800), "white").save(blank_png, "PNG")  # a page still loading
+    >>> page_question = Choice(instructions="What kind of page is this?",
+    ...                        criteria=["login", "article", "captcha"])
+    >>> result = DecisionEngine().decide(blank_png.getvalue(), {"page": page_question})
+    >>> result.answers["page"].x_no_content
     True
+    >>> result.answers["page"].probabilities
+    {'login': 0.333..., 'article': 0.333..., 'captcha': 0.333...}
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ same way it ranks elements read from a screenshot. An element hidden behind anot
 modal, a cookie banner) is left out: the point at its centre must hit it.
 
 Example:
-    >>> evidence = page_evidence(page)                          # doctest: +SKIP
-    >>> [e.label for e in evidence.elements if e.role == "field"]  # doctest: +SKIP
-    ['Username', 'Password']
+    >>> evidence = page_evidence(page)          # a Playwright page on a sign-in form
+    >>> [e.label for e in evidence.elements if e.role == "field"]
+    ['Email address', 'password']
 """
 
 from __future__ import annotations

@@ -123,8 +123,8 @@ class RapidOcr:
             text but the pixels have text-like strokes (see :func:`missed_text`).
 
     Example:
-        >>> ocr = RapidOcr()                                     # doctest: +SKIP
-        >>> [line.text for line in ocr.read(screenshot)][:2]     # doctest: +SKIP
+        >>> ocr = RapidOcr()
+        >>> [line.text for line in ocr.read(screenshot)][:2]     # a PIL image of a sign-in page
         ['Sign in to Acme', 'Email address']
     """
 
