@@ -368,59 +368,26 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
         total = steps_per_epoch * epochs
         # Transformers' linear warm-up and decay (epochs=0, the prototype head: never stepped).
         scheduler = linear_schedule(optimizer, int(cfg.warmup_ratio * total), max(1, total))
-        history: list[dict[str, float]] = []
-        best: dict[str, Any] = {"score": -math.inf, "epoch": 0, "state": None}
-        start_epoch = 0
         data = f"{train.digest()}/{val.digest()}"
-        resume = resume and (checkpoint / "meta.json").is_file()
-        if resume and self.checkpoint_data(checkpoint) not in (None, data):
-            log.warning(
-                "%s was written for other training or validation states; training from the start",
-                checkpoint,
-            )
-            resume = False
-        if resume:
-            # The checkpointed adapters already went through the contrastive stage.
-            start_epoch, history, best = self._load_checkpoint(checkpoint, optimizer, scheduler)
-        elif cfg.contrastive_steps > 0:
-            history.append(self.contrast(train))
+        start_epoch, history, best = self._begin(
+            train, checkpoint, resume, data, optimizer, scheduler
+        )
         bad_epochs = sum(1 for h in history if h.get("epoch", 0) > best["epoch"])
-        from tqdm.auto import tqdm
-
         lengths = self._lengths(train) if self.GROUP_BY_LENGTH else None
         for epoch in range(start_epoch, epochs):
             if bad_epochs >= cfg.patience and val.examples:
                 break
-            rng = random.Random(cfg.seed * 1000 + epoch)
-            batches = _batches(len(train), cfg.batch_size, rng, lengths)
-            torch.manual_seed(cfg.seed * 1000 + epoch)
-            self.model.train(cfg.lora_rank > 0)  # a frozen backbone stays deterministic
-            self.head.train()
-            running = 0.0
-            bar = tqdm(
-                batches,
+            running = self._epoch(
+                train,
+                epoch,
+                params,
+                optimizer,
+                scheduler,
+                lengths,
                 desc=f"{label}epoch {epoch + 1}/{epochs}",
-                disable=not cfg.progress,
-                leave=False,
             )
-            for n, batch in enumerate(bar, start=1):
-                loss = self._batch_loss(train, batch)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
-                optimizer.step()
-                scheduler.step()
-                running += float(loss.detach())
-                bar.set_postfix(loss=f"{running / n:.4f}")
             record = {"epoch": epoch + 1, "train_loss": running / max(1, steps_per_epoch)}
-            tolerance = 0.0
-            if val.examples:
-                metrics = self.evaluate(val)[0]
-                record.update({f"val_{k}": v for k, v in metrics.items()})
-                score = metrics["accuracy"] - 1e-3 * metrics["nll"]
-                tolerance = _standard_error(metrics["accuracy"], len(val.pairs()))
-            else:
-                score = -record["train_loss"]
+            score, tolerance = self._epoch_score(record, val)
             history.append(record)
             log.info("epoch %d: %s", epoch + 1, record)
             # Validation accuracy is a sample: a later epoch within one standard error of the
@@ -439,6 +406,82 @@ class Trainer(FewShotStages, MemoryStage, ReinforceStage, CheckpointState):
             )
 
         return history, best
+
+    def _begin(
+        self,
+        train: TrainingSet,
+        checkpoint: Path,
+        resume: bool,
+        data: str,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+    ) -> tuple[int, list[dict[str, float]], dict[str, Any]]:
+        """Where the epochs start: from ``checkpoint`` when ``resume`` and it was written for
+        the same training and validation states (``data``, their digests), else from epoch 0
+        after the contrastive stage (if any).
+
+        Returns the first epoch to run, the history so far and the kept epoch so far.
+        """
+        resume = resume and (checkpoint / "meta.json").is_file()
+        if resume and self.checkpoint_data(checkpoint) not in (None, data):
+            log.warning(
+                "%s was written for other training or validation states; training from the start",
+                checkpoint,
+            )
+            resume = False
+        if resume:
+            # The checkpointed adapters already went through the contrastive stage.
+            return self._load_checkpoint(checkpoint, optimizer, scheduler)
+        history: list[dict[str, float]] = []
+        if self.config.contrastive_steps > 0:
+            history.append(self.contrast(train))
+        return 0, history, {"score": -math.inf, "epoch": 0, "state": None}
+
+    def _epoch(
+        self,
+        train: TrainingSet,
+        epoch: int,
+        params: dict[str, torch.nn.Parameter],
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        lengths: list[int] | None,
+        *,
+        desc: str,
+    ) -> float:
+        """One epoch of the head and adapters (batches and dropout seeded by the epoch, so
+        a resumed run draws what an uninterrupted one would). Returns the summed loss."""
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        rng = random.Random(cfg.seed * 1000 + epoch)
+        batches = _batches(len(train), cfg.batch_size, rng, lengths)
+        torch.manual_seed(cfg.seed * 1000 + epoch)
+        self.model.train(cfg.lora_rank > 0)  # a frozen backbone stays deterministic
+        self.head.train()
+        running = 0.0
+        bar = tqdm(batches, desc=desc, disable=not cfg.progress, leave=False)
+        for n, batch in enumerate(bar, start=1):
+            loss = self._batch_loss(train, batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+            optimizer.step()
+            scheduler.step()
+            running += float(loss.detach())
+            bar.set_postfix(loss=f"{running / n:.4f}")
+        return running
+
+    def _epoch_score(self, record: dict[str, float], val: TrainingSet) -> tuple[float, float]:
+        """Score an epoch for keeping: adds the validation metrics (``val_*``) to its
+        history ``record`` and returns ``(score, tolerance)``: validation accuracy less
+        1e-3 x NLL within one standard error, or, without a validation split, minus the
+        training loss with no tolerance."""
+        if not val.examples:
+            return -record["train_loss"], 0.0
+        metrics = self.evaluate(val)[0]
+        record.update({f"val_{k}": v for k, v in metrics.items()})
+        score = metrics["accuracy"] - 1e-3 * metrics["nll"]
+        return score, _standard_error(metrics["accuracy"], len(val.pairs()))
 
     # -- output ----------------------------------------------------------------------
 
