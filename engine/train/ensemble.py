@@ -92,7 +92,6 @@ def fit_ensemble(
     (and unlabelled states) is kept, and an interrupted one continues from its checkpoint.
     """
     started = time.perf_counter()
-    checkpoint = out / CHECKPOINT_DIR
     member_configs = [
         replace(cfg, ensemble=1, seed=cfg.seed + i, model_name=None) for i in range(cfg.ensemble)
     ]
@@ -103,52 +102,90 @@ def fit_ensemble(
     members: list[TrainResult] = []
     held: list[dict[str, tuple[torch.Tensor, torch.Tensor]]] = []
     for i, member_cfg in enumerate(member_configs):
-        directory = out / ENSEMBLE_DIR / str(i)
-        saved = checkpoint / f"member{i}" / HELD_OUT
-        # What a kept member must have been trained with: this recipe, on these states.
-        recipe = json.dumps(
-            {
-                "config": asdict(member_cfg),
-                "states": len(data),
-                "data": data.digest(),
-                "unlabeled": _texts_digest(unlabeled),
-            },
-            sort_keys=True,
-            default=str,
+        answers, result = _fit_member(
+            i, member_cfg, data, out, make_member=make_member, resume=resume, unlabeled=unlabeled
         )
-        if resume and saved.is_file() and (directory / "training.json").is_file():
-            kept = torch.load(saved, weights_only=True)
-            if kept.get("recipe") == recipe:
-                held.append({fp: (p, y) for fp, (p, y) in kept["held_out"].items()})
-                members.append(TrainResult(directory, **kept["result"]))
-                continue
-            log.warning("ensemble member %d was trained with another recipe; training it again", i)
-        member = make_member(member_cfg)
-        result = member.fit(data, directory, resume=resume, unlabeled=unlabeled)
-        if not member.held_out:
-            raise RuntimeError(f"ensemble member {i} kept no answers on the validation split")
-        report = {
-            "history": result.history,
-            "best_epoch": result.best_epoch,
-            "validation": result.validation,
-            "seconds": result.seconds,
-            "memory": result.memory,
-        }
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(
-            {
-                "held_out": member.held_out,
-                "result": report,
-                "recipe": recipe,
-            },
-            saved,
-        )
-        held.append(member.held_out)
+        held.append(answers)
         members.append(result)
-        del member  # one member's model in memory at a time
-        gc.collect()
 
     calibration, validation = _score_mean(held, data, members, keys=keys)
+    _write_config(cfg, out, calibration)
+    seconds = time.perf_counter() - started
+    _write_report(cfg, data, out, members, validation, seconds)
+    shutil.rmtree(out / CHECKPOINT_DIR, ignore_errors=True)
+    history = [{**h, "member": float(i)} for i, m in enumerate(members) for h in m.history]
+    return TrainResult(
+        out,
+        history,
+        members[0].best_epoch,
+        validation,
+        seconds,
+        members[0].memory,
+        members=members,
+    )
+
+
+def _fit_member(
+    i: int,
+    member_cfg: TrainConfig,
+    data: TrainingSet,
+    out: Path,
+    *,
+    make_member: Callable[[TrainConfig], MemberTrainer],
+    resume: bool,
+    unlabeled: Sequence[str] | None,
+) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], TrainResult]:
+    """Member ``i`` into ``out/members/<i>``: its answers on its validation split and its
+    result. With ``resume``, a member that finished with the same recipe (config, states
+    and unlabelled states) is kept as it is; otherwise it is trained (continuing from its
+    checkpoint, if any) and its answers are saved in the checkpoint folder."""
+    directory = out / ENSEMBLE_DIR / str(i)
+    saved = out / CHECKPOINT_DIR / f"member{i}" / HELD_OUT
+    # What a kept member must have been trained with: this recipe, on these states.
+    recipe = json.dumps(
+        {
+            "config": asdict(member_cfg),
+            "states": len(data),
+            "data": data.digest(),
+            "unlabeled": _texts_digest(unlabeled),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    if resume and saved.is_file() and (directory / "training.json").is_file():
+        kept = torch.load(saved, weights_only=True)
+        if kept.get("recipe") == recipe:
+            answers = {fp: (p, y) for fp, (p, y) in kept["held_out"].items()}
+            return answers, TrainResult(directory, **kept["result"])
+        log.warning("ensemble member %d was trained with another recipe; training it again", i)
+    member = make_member(member_cfg)
+    result = member.fit(data, directory, resume=resume, unlabeled=unlabeled)
+    if not member.held_out:
+        raise RuntimeError(f"ensemble member {i} kept no answers on the validation split")
+    report = {
+        "history": result.history,
+        "best_epoch": result.best_epoch,
+        "validation": result.validation,
+        "seconds": result.seconds,
+        "memory": result.memory,
+    }
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "held_out": member.held_out,
+            "result": report,
+            "recipe": recipe,
+        },
+        saved,
+    )
+    answers = member.held_out
+    del member  # one member's model in memory at a time
+    gc.collect()
+    return answers, result
+
+
+def _write_config(cfg: TrainConfig, out: Path, calibration: Calibrator) -> None:
+    """``out/config.json``: the members' directories and the ensemble's calibration."""
     config: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -158,7 +195,17 @@ def fit_ensemble(
     if cfg.model_name:
         config["model_name"] = cfg.model_name
     (out / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    seconds = time.perf_counter() - started
+
+
+def _write_report(
+    cfg: TrainConfig,
+    data: TrainingSet,
+    out: Path,
+    members: list[TrainResult],
+    validation: dict[str, float],
+    seconds: float,
+) -> None:
+    """``out/training.json``: the ensemble's validation metrics and each member's report."""
     members_config = json.loads((members[0].directory / CONFIG).read_text())
     report = {
         "config": asdict(cfg),
@@ -178,17 +225,6 @@ def fit_ensemble(
         "backbone": members_config["backbone"].get("path", PACKAGED),
     }
     (out / "training.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    history = [{**h, "member": float(i)} for i, m in enumerate(members) for h in m.history]
-    return TrainResult(
-        out,
-        history,
-        members[0].best_epoch,
-        validation,
-        seconds,
-        members[0].memory,
-        members=members,
-    )
 
 
 def _score_mean(
