@@ -181,69 +181,108 @@ class FewShotStages(ModelForward):
         for qid in train.questions:
             groups.setdefault(self.fps[qid], []).append(qid)
         for qids in groups.values():
-            qtype = str(train.questions[qids[0]].type)  # type: ignore[attr-defined]
-            names = train.names(qids[0])
-            context = question_context(train.questions[qids[0]])
-            pairs: dict[tuple[str, int], None] = {}  # (text, label), each pair once
-            for qid in qids:  # labels in the order of the first question's options
-                relabel = [names.index(name) for name in train.names(qid)]
-                q_texts, members = self._members(train, qid)
-                q_labels = [0] * len(q_texts)
-                for label, items in enumerate(members):
-                    for i in items:
-                        q_labels[i] = relabel[label]
-                pairs.update(dict.fromkeys(zip(q_texts, q_labels, strict=True)))
-            texts = [text for text, _ in pairs]
-            y = torch.tensor([label for _, label in pairs], dtype=torch.long)
-            # One fold per distinct text: a state (or option text) that two questions of
-            # the group share never answers for its own copy in the cross-fit.
-            group_of = {text: n for n, text in enumerate(dict.fromkeys(texts))}
-            fitted = PrototypeClassifier.fit(
-                self._encode(texts),
-                y,
-                len(names),
-                seed=self.config.seed,
-                unlabeled=pool,
-                per_label=self.config.pseudo_per_label,
-                groups=torch.tensor([group_of[text] for text in texts]),
-                keep_folds=self.memory is not None,
-            )
+            fitted, texts, y = self._fit_prototype_head(train, qids, pool)
             pseudo += fitted.n_pseudo * len(qids)
-            self.head.add_prototypes(
-                qtype,
-                names,
-                (fitted.weight / fitted.temperature).to(self.device),
-                (fitted.bias / fitted.temperature).to(self.device),
-                context,
-            )
-            if self.memory is None:
-                continue
-            started = time.perf_counter()
-            report: dict[str, float]
-            if fitted.folds is None or fitted.out_of_fold is None:
-                # Too few examples for the temperature's folds: nothing to cross-fit on.
-                report = {"states": float(len(y)), "held_out": 0.0, "cross_fitted": 1.0}
-            else:
-                keep = torch.arange(len(y))
-                if len(keep) > self.config.memory_max_states:
-                    gen = torch.Generator().manual_seed(self.config.seed)
-                    keep = torch.randperm(len(y), generator=gen)[: self.config.memory_max_states]
-                    keep = keep.sort().values
-                kept = fit_question_memory_cross(
-                    self._engine_vectors([texts[i] for i in keep.tolist()]),
-                    y[keep],
-                    names,
-                    fitted.folds[keep],
-                    torch.softmax(fitted.out_of_fold[keep].double(), dim=-1),
-                )
-                if kept[0] is not None:
-                    self.memory.add(qtype, kept[0], context)
-                report = kept[1]
-            report["seconds"] = round(time.perf_counter() - started, 1)
-            reports.update(dict.fromkeys(qids, report))
+            if self.memory is not None:
+                report = self._cross_fit_memory(self.memory, train, qids, fitted, texts, y)
+                reports.update(dict.fromkeys(qids, report))
         if self.memory is not None and not self.memory:
             self.memory = None
         stats = {}
         if pool is not None:
             stats = {"unlabeled_states": float(len(pool)), "pseudo_labels": float(pseudo)}
         return stats, reports
+
+    def _fit_prototype_head(
+        self, train: TrainingSet, qids: list[str], pool: torch.Tensor | None
+    ) -> tuple[PrototypeClassifier, list[str], torch.Tensor]:
+        """Fit the prototype head shared by the questions ``qids`` (one fingerprint), on
+        :meth:`_prototype_examples` and the unlabelled vectors ``pool``, and add it to the
+        head with its temperature folded in. Returns it with its examples' texts and labels.
+        """
+        question = train.questions[qids[0]]
+        names = train.names(qids[0])
+        texts, y = self._prototype_examples(train, qids)
+        # One fold per distinct text: a state (or option text) that two questions of
+        # the group share never answers for its own copy in the cross-fit.
+        group_of = {text: n for n, text in enumerate(dict.fromkeys(texts))}
+        fitted = PrototypeClassifier.fit(
+            self._encode(texts),
+            y,
+            len(names),
+            seed=self.config.seed,
+            unlabeled=pool,
+            per_label=self.config.pseudo_per_label,
+            groups=torch.tensor([group_of[text] for text in texts]),
+            keep_folds=self.memory is not None,
+        )
+        self.head.add_prototypes(
+            str(question.type),  # type: ignore[attr-defined]
+            names,
+            (fitted.weight / fitted.temperature).to(self.device),
+            (fitted.bias / fitted.temperature).to(self.device),
+            question_context(question),
+        )
+        return fitted, texts, y
+
+    def _prototype_examples(
+        self, train: TrainingSet, qids: list[str]
+    ) -> tuple[list[str], torch.Tensor]:
+        """The examples of one prototype head shared by the questions ``qids`` (one
+        fingerprint): the texts of their labelled states and option texts, and their labels
+        in the order of the first question's options; a (text, label) pair counts once."""
+        names = train.names(qids[0])
+        pairs: dict[tuple[str, int], None] = {}  # (text, label), each pair once
+        for qid in qids:  # labels in the order of the first question's options
+            relabel = [names.index(name) for name in train.names(qid)]
+            q_texts, members = self._members(train, qid)
+            q_labels = [0] * len(q_texts)
+            for label, items in enumerate(members):
+                for i in items:
+                    q_labels[i] = relabel[label]
+            pairs.update(dict.fromkeys(zip(q_texts, q_labels, strict=True)))
+        texts = [text for text, _ in pairs]
+        y = torch.tensor([label for _, label in pairs], dtype=torch.long)
+        return texts, y
+
+    def _cross_fit_memory(
+        self,
+        memory: ExampleMemory,
+        train: TrainingSet,
+        qids: list[str],
+        fitted: PrototypeClassifier,
+        texts: list[str],
+        y: torch.Tensor,
+    ) -> dict[str, float]:
+        """Cross-fit the example memory of the questions ``qids`` (one fingerprint) into
+        ``memory``, on the examples ``texts``/``y`` of their prototype head ``fitted`` and
+        the folds of its temperature's split (at most ``memory_max_states`` examples, drawn
+        with the run's seed). Returns its report."""
+        question = train.questions[qids[0]]
+        started = time.perf_counter()
+        report: dict[str, float]
+        if fitted.folds is None or fitted.out_of_fold is None:
+            # Too few examples for the temperature's folds: nothing to cross-fit on.
+            report = {"states": float(len(y)), "held_out": 0.0, "cross_fitted": 1.0}
+        else:
+            keep = torch.arange(len(y))
+            if len(keep) > self.config.memory_max_states:
+                gen = torch.Generator().manual_seed(self.config.seed)
+                keep = torch.randperm(len(y), generator=gen)[: self.config.memory_max_states]
+                keep = keep.sort().values
+            kept = fit_question_memory_cross(
+                self._engine_vectors([texts[i] for i in keep.tolist()]),
+                y[keep],
+                train.names(qids[0]),
+                fitted.folds[keep],
+                torch.softmax(fitted.out_of_fold[keep].double(), dim=-1),
+            )
+            if kept[0] is not None:
+                memory.add(
+                    str(question.type),  # type: ignore[attr-defined]
+                    kept[0],
+                    question_context(question),
+                )
+            report = kept[1]
+        report["seconds"] = round(time.perf_counter() - started, 1)
+        return report
