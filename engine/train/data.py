@@ -211,8 +211,33 @@ def load_data(
     lcol = _column(rows, label_col, LABEL_COLUMNS, "label", source)
     multi = question_col in rows[0]
     given = {k: v for k, v in questions_from(questions).items()} if questions else {}
-    default_qid = lcol if not multi else None
+    triples = _labelled_rows(rows, source, (tcol, lcol, question_col), multi, given)
+    built, asked = _build_questions(
+        triples, given, source, lcol, instructions=instructions, strict_labels=strict_labels
+    )
+    examples = _merge_states(triples, built, source, lcol)
+    if not strict_labels:
+        for qid in asked:
+            if len({ex.labels[qid] for ex in examples if qid in ex.labels}) < 2:
+                raise TrainingDataError(
+                    f"{source}: question {qid!r} has only one distinct label; "
+                    "training needs at least 2",
+                    field=f"data.{lcol}",
+                )
+    return TrainingSet(built, examples, source)
 
+
+def _labelled_rows(
+    rows: list[dict[str, Any]],
+    source: str,
+    columns: tuple[str, str, str],
+    multi: bool,
+    given: Mapping[str, _Question],
+) -> list[tuple[str, str, str]]:
+    """``(state, question id, label)`` of every row, the state rendered to text; refuses
+    an empty state or label and a question id that is not among the ``given`` questions
+    (in a one-question file, the one given question takes the labels)."""
+    tcol, lcol, question_col = columns
     triples: list[tuple[str, str, str]] = []
     for n, row in enumerate(rows, start=1):
         state, label = row.get(tcol), row.get(lcol)
@@ -224,7 +249,7 @@ def load_data(
             raise TrainingDataError(
                 f"{source}: row {n} has an empty {lcol!r}", field=f"data.rows[{n}].{lcol}"
             )
-        qid = str(row[question_col]) if multi else str(default_qid)
+        qid = str(row[question_col]) if multi else lcol
         if given and qid not in given:
             if not multi and len(given) == 1:
                 qid = next(iter(given))
@@ -234,7 +259,21 @@ def load_data(
                     field=f"data.rows[{n}].{question_col}",
                 )
         triples.append((render_value(state, f"data.rows[{n}].{tcol}"), qid, str(label).strip()))
+    return triples
 
+
+def _build_questions(
+    triples: list[tuple[str, str, str]],
+    given: Mapping[str, _Question],
+    source: str,
+    lcol: str,
+    *,
+    instructions: str | None,
+    strict_labels: bool,
+) -> tuple[dict[str, _Question], list[str]]:
+    """The ``given`` questions plus a ``choice`` over its labels (sorted) for each question
+    id in ``triples`` without one, unless ``strict_labels``. Returns them and the ids the
+    rows ask, in order of first appearance."""
     built: dict[str, _Question] = dict(given)
     seen: dict[str, list[str]] = {}
     for _, qid, label in triples:
@@ -257,6 +296,17 @@ def load_data(
                 instructions=instructions or DEFAULT_INSTRUCTIONS,
                 criteria=dict.fromkeys(sorted(labels)),
             )
+    return built, list(seen)
+
+
+def _merge_states(
+    triples: list[tuple[str, str, str]],
+    built: Mapping[str, _Question],
+    source: str,
+    lcol: str,
+) -> list[Example]:
+    """One :class:`Example` per distinct state (in order of first appearance) with the
+    option index of each of its labels; refuses a label that is not an option."""
     by_state: dict[str, Example] = {}
     for n, (state, qid, label) in enumerate(triples, start=1):
         index = label_index(built[qid], label)
@@ -269,15 +319,7 @@ def load_data(
                 field=f"data.rows[{n}].{lcol}",
             )
         by_state.setdefault(state, Example(state)).labels[qid] = index
-    if not strict_labels:
-        for qid in seen:
-            if len({ex.labels[qid] for ex in by_state.values() if qid in ex.labels}) < 2:
-                raise TrainingDataError(
-                    f"{source}: question {qid!r} has only one distinct label; "
-                    "training needs at least 2",
-                    field=f"data.{lcol}",
-                )
-    return TrainingSet(built, list(by_state.values()), source)
+    return list(by_state.values())
 
 
 def load_unlabeled(path: str | Path, *, text_col: str | None = None) -> list[str]:
