@@ -5,10 +5,25 @@ Routes: ``POST /v1/systemone``, ``POST /v1/systemone/batch``, ``GET /v1/models``
 ``x-typesafe-request-id`` header; every bad request gets a 4xx with the documented shape.
 
 Example:
+    In process, with FastAPI's test client (``clef-agents serve``, or
+    ``uvicorn.run(app, port=8000)``, serves the app on a port):
+
+    >>> from fastapi.testclient import TestClient
     >>> from clef_engine import DecisionEngine
     >>> from clef_agents.server import create_app, ServerConfig
-    >>> app = create_app(DecisionEngine(), ServerConfig(max_batch=32))  # doctest: +SKIP
-    >>> # uvicorn.run(app, port=8000)
+    >>> app = create_app(DecisionEngine(), ServerConfig(max_batch=32))
+    >>> route = {"type": "choice", "instructions": "Route the ticket", "criteria": {
+    ...     "refund": "the customer wants money back",
+    ...     "delivery": "a parcel or card that has not arrived"}}
+    >>> with TestClient(app) as client:
+    ...     ok = client.post("/v1/systemone", json={"model": "jev-latest",
+    ...         "state": "My card still hasn't arrived", "questions": {"route": route}})
+    ...     bad = client.post("/v1/systemone", json={"model": "jev-latest",
+    ...         "state": "hi", "questions": {"route": {**route, "criteria": {"refund": None}}}})
+    >>> ok.status_code, ok.json()["model"], ok.json()["answers"]["route"]["choice"]
+    (200, 'clef-general-minilm', 'delivery')
+    >>> bad.status_code, bad.json()["detail"][0]["msg"]
+    (422, 'a choice needs 2..255 options; got 1')
 """
 
 from __future__ import annotations

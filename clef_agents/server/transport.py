@@ -20,9 +20,15 @@ connection is reset), answers new ``/v1`` requests 503, lets in-flight and queue
 requests finish until ``drain_timeout_s``, answers what remains 503 and exits.
 
 Example:
+    Skipped by the doctest runner, since :func:`serve_app` listens on a port and blocks
+    until SIGTERM/SIGINT; ``tests/integration/server/test_server_shutdown.py`` runs this
+    call in a process of its own and signals it.
+
+    >>> from clef_engine import DecisionEngine
     >>> from clef_agents.server import ServerConfig, create_app
-    >>> app = create_app(engine, ServerConfig(max_connections=256))  # doctest: +SKIP
-    >>> serve_app(app, "127.0.0.1", 8000, log_level="warning")      # doctest: +SKIP
+    >>> from clef_agents.server.transport import serve_app
+    >>> app = create_app(DecisionEngine(), ServerConfig(max_connections=256))  # doctest: +SKIP
+    >>> serve_app(app, "127.0.0.1", 8000, log_level="warning")  # doctest: +SKIP
 """
 
 from __future__ import annotations

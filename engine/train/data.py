@@ -13,9 +13,13 @@ Labels are option names for ``choice``, ``true``/``false`` (also yes/no, 1/0) fo
 ``noul``, and a level index or the level's text for ``score``.
 
 Example:
-    >>> ts = load_training_data("train.csv", label_col="category")   # doctest: +SKIP
-    >>> len(ts), list(ts.questions)                                   # doctest: +SKIP
-    (10003, ['category'])
+    >>> ts = load_training_data("train.csv", label_col="category")  # columns text,category
+    >>> len(ts), list(ts.questions), len(ts.names("category"))
+    (770, ['category'], 77)
+    >>> ts.questions["category"].type, ts.names("category")[:2]  # options in sorted order
+    ('choice', ['Refund_not_showing_up', 'activate_my_card'])
+    >>> ts.examples[0]  # labels are option indices
+    Example(state='Can you track my card for me?', labels={'category': 12})
 """
 
 from __future__ import annotations

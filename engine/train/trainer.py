@@ -38,9 +38,26 @@ protected steps (``_head_config``, ``_bank_vectors``, ``_lora_options``,
 does so for the ablations that did not become options.
 
 Example:
+    Ten BANKING77 rows for each of three intents train in seconds on a CPU (the whole
+    training set takes the default recipe 8.6 to 12 min on 2 CPU cores).
+
+    >>> from clef_engine import DecisionEngine
     >>> from clef_engine.train import Trainer, TrainConfig, load_training_data
-    >>> data = load_training_data("train.csv", label_col="category")    # doctest: +SKIP
-    >>> Trainer(TrainConfig(epochs=3)).fit(data, "out/banking77")      # doctest: +SKIP
+    >>> data = load_training_data("train.csv", label_col="category")
+    >>> len(data), data.names("category")
+    (30, ['card_arrival', 'card_linking', 'exchange_rate'])
+    >>> result = Trainer(TrainConfig(epochs=3)).fit(data, "out/banking77")
+    >>> [row["epoch"] for row in result.history], result.validation["accuracy"]
+    ([1, 2, 3], 1.0)
+    >>> sorted(path.name for path in result.directory.iterdir())
+    ['adapter', 'config.json', 'head.safetensors', 'training.json']
+    >>> engine = DecisionEngine.from_pretrained("out/banking77")
+    >>> engine.head.knows(data.questions["category"])  # answered by the trained head
+    True
+    >>> answer = engine.decide("I ordered a card two weeks ago and it still hasn't come",
+    ...                        data.questions).answers["category"]
+    >>> answer.choice, answer.probabilities["card_arrival"] > 0.5
+    ('card_arrival', True)
 """
 
 from __future__ import annotations

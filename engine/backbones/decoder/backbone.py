@@ -145,6 +145,8 @@ class DecoderBackbone:
             the device's free memory.
 
     Example:
+        Skipped by the doctest runner: it needs a local copy of a multi-gigabyte model.
+
         >>> from clef_engine import DecisionEngine, Choice
         >>> engine = DecisionEngine(backbone="decoder", path="/models/Qwen3-1.7B")  # doctest: +SKIP
         >>> engine.decide("The package arrived broken", {"route": Choice(  # doctest: +SKIP
