@@ -3,7 +3,8 @@
 Backbones and heads import nothing from ``clef_engine.runtime``; no two clef_engine modules
 import each other (directly or around a loop); heads get what they use of the engine
 through :class:`~clef_engine.heads.base.ScoringContext`; every engine the framework layers
-accept satisfies :class:`clef_engine.Engine`.
+accept satisfies :class:`clef_engine.Engine`; no function in ``engine/`` or ``clef_agents/``
+passes 80 lines.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+import clef_agents
 import clef_engine
 from clef_engine import Box, Choice, DecisionRequest, Engine, Noul
 from clef_engine.backbones.vision.images import ImageRef
@@ -148,6 +150,76 @@ def test_no_import_cycles_among_clef_engine_modules() -> None:
         for module in MODULES
     }
     assert _cycles(graph) == []
+
+
+# -- function length --------------------------------------------------------------------
+
+MAX_FUNCTION_LINES = 80
+LIBRARY = (ROOT, Path(clef_agents.__file__).parent)
+"""The folders of the installed packages: ``engine/`` (as clef_engine) and ``clef_agents/``."""
+
+
+def _long_functions(source: str, limit: int) -> list[tuple[str, int, int]]:
+    """``(qualified name, line, length)`` of each function in ``source`` longer than
+    ``limit`` lines, from its ``def`` line to its last line (docstring included). A nested
+    function's lines count in its parent too, and it is checked on its own as well."""
+    found: list[tuple[str, int, int]] = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = prefix
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}."
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (child.end_lineno or child.lineno) - child.lineno + 1
+                if length > limit:
+                    found.append((name[:-1], child.lineno, length))
+            walk(child, name)
+
+    walk(ast.parse(source), "")
+    return found
+
+
+def _function(name: str, lines: int, indent: str = "", keyword: str = "def") -> str:
+    """Source of a function ``lines`` lines long, its ``def`` line included."""
+    body = "".join(f"{indent}    x{i} = {i}\n" for i in range(lines - 1))
+    return f"{indent}{keyword} {name}():\n{body}"
+
+
+def test_the_length_check_finds_long_functions() -> None:
+    source = (
+        _function("over", 81)
+        + _function("fits", 80)
+        + "class Box:\n"
+        + _function("method", 1, indent="    ", keyword="async def")  # its def line alone
+        + _function("inner", 81, indent="        ")
+        + "def parent():\n"  # 91 lines, though neither of its functions is long
+        + _function("first", 45, indent="    ")
+        + _function("second", 45, indent="    ")
+    )
+    found = _long_functions(source, MAX_FUNCTION_LINES)
+    assert [(name, length) for name, _, length in found] == [
+        ("over", 81),
+        ("Box.method", 82),
+        ("Box.method.inner", 81),
+        ("parent", 91),
+    ]
+    lines = source.splitlines()
+    assert all(f" {name.rpartition('.')[2]}(" in lines[line - 1] for name, line, _ in found)
+
+
+def test_no_library_function_passes_80_lines() -> None:
+    """Every function in ``engine/`` and ``clef_agents/`` fits in 80 lines; a longer one
+    reads better as named stages (issue 35)."""
+    found = [
+        f"{path.relative_to(folder.parent)}:{line} {name}: {length} lines"
+        for folder in LIBRARY
+        for path in sorted(folder.rglob("*.py"))
+        for name, line, length in _long_functions(
+            path.read_text(encoding="utf-8"), MAX_FUNCTION_LINES
+        )
+    ]
+    assert not found, f"over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(found)
 
 
 # -- declared seams ---------------------------------------------------------------------
