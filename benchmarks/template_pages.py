@@ -2,7 +2,7 @@
 
 The pages are open-source HTML templates (admin dashboards, shops, blogs) that were never
 written for this project. ``benchmarks/data/template_pages/manifest.json`` names each page:
-the npm package, its pinned version and licence (MIT only), the page file inside the
+the npm package, its pinned version and licence (MIT or Apache-2.0), the page file in the
 package, the page type written by hand, the split (``tune``: prototypes may be checked
 against it; ``heldout``: only ever measured), and a few element targets (a CSS selector and
 the instructions a browser agent would give a ``box`` question).
@@ -10,12 +10,20 @@ the instructions a browser agent would give a ``box`` question).
 This script fetches each package with ``npm pack`` (the npm registry, nothing else), checks
 its licence, and screenshots every page in the system Chromium at 1280x800. Pages are
 served from the unpacked package under a fake host per package, so root-relative asset
-paths (``/assets/main.css``) resolve; every request that is not a file of the package (web
+paths (``/assets/main.css``) resolve. A package whose pages load their libraries from
+``node_modules/`` (as after ``npm install`` in its folder) names them, pinned and licence
+checked like the package, under ``node_modules`` in its manifest entry; each is fetched the
+same way and served at ``node_modules/<name>/``. Every other request (web
 fonts, CDNs, analytics) is aborted, as in a sandboxed browser agent. Each page gets
 ``<id>.png`` and the targets' boxes in ``targets.json``.
 
 Run:  python benchmarks/template_pages.py [--cache /tmp/clef-templates]
+      [--split heldout] [--package NAME] [--only ID-PART] [--manifest PATH]
 Then: python benchmarks/vision_screenshots.py   (reads the renders)
+
+With a filter, only the chosen pages are rendered (and only their packages fetched); their
+entries are merged into the existing ``targets.json``, which is replaced in one rename, so
+renders of other pages are left as they are for whoever is reading them.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ _TARGETS_JS = """(specs) => specs.map(([selector, instructions]) => {
 
 
 def load_manifest(path: Path = MANIFEST) -> dict[str, Any]:
-    """The manifest: ``{"packages": {name: {version, licence, root}}, "pages": [...]}``."""
+    """The manifest: ``{"packages": {name: {version, licence, root, ...}}, "pages": [...]}``."""
     return json.loads(path.read_text())
 
 
@@ -99,18 +107,67 @@ def fetch(package: str, version: str, licence: str, cache: Path) -> Path:
     return target / "package"
 
 
-def render(manifest: dict[str, Any], cache: Path, out: Path, only: str | None = None) -> None:
-    """Screenshot every page of the manifest into ``out`` (PNG + ``targets.json``)."""
-    roots = {
-        name: fetch(name, spec["version"], spec["licence"], cache) / spec.get("root", "")
+def _sources(name: str, spec: dict[str, Any], cache: Path) -> dict[str, Path]:
+    """URL path prefix -> folder it is served from: the package, then its ``node_modules``."""
+    sources = {"": fetch(name, spec["version"], spec["licence"], cache) / spec.get("root", "")}
+    for dep, pin in spec.get("node_modules", {}).items():
+        sources[f"node_modules/{dep}/"] = fetch(dep, pin["version"], pin["licence"], cache)
+    return sources
+
+
+def select(
+    manifest: dict[str, Any],
+    only: str | None = None,
+    split: str | None = None,
+    package: str | None = None,
+) -> list[dict[str, Any]]:
+    """The manifest's pages whose id contains ``only``, of ``split`` and from ``package``."""
+    if package and package not in manifest["packages"]:
+        raise SystemExit(f"--package {package!r} is not in the manifest")
+    return [
+        spec
+        for spec in manifest["pages"]
+        if (not only or only in spec["id"])
+        and (not split or spec["split"] == split)
+        and (not package or spec["package"] == package)
+    ]
+
+
+def render(
+    manifest: dict[str, Any],
+    cache: Path,
+    out: Path,
+    only: str | None = None,
+    split: str | None = None,
+    package: str | None = None,
+) -> None:
+    """Screenshot the manifest's pages into ``out`` (PNG + ``targets.json``).
+
+    Args:
+        manifest: The parsed manifest (see :func:`load_manifest`).
+        cache: Folder for the ``npm pack`` tarballs and their unpacked trees.
+        out: Folder for ``<id>.png`` and ``targets.json``.
+        only: Render only pages whose id contains this.
+        split: Render only pages of this split (``tune`` or ``heldout``).
+        package: Render only pages of this npm package.
+    """
+    pages = select(manifest, only, split, package)
+    if not pages:
+        raise SystemExit("no page of the manifest matches the filters")
+    wanted = {spec["package"] for spec in pages}
+    hosts = {
+        f"{_slug(name)}.{HOST}": _sources(name, spec, cache)
         for name, spec in manifest["packages"].items()
+        if name in wanted
     }
-    hosts = {f"{_slug(name)}.{HOST}": root for name, root in roots.items()}
 
     def serve(route: Any) -> None:
         url = urlsplit(route.request.url)
-        root = hosts.get(url.hostname or "")
-        path = (root / unquote(url.path).lstrip("/")).resolve() if root else None
+        sources = hosts.get(url.hostname or "", {})
+        want = unquote(url.path).lstrip("/")
+        prefix = max((p for p in sources if want.startswith(p)), key=len, default=None)
+        root = sources[prefix].resolve() if prefix is not None else None
+        path = (root / want[len(prefix or "") :]).resolve() if root else None
         if root is None or path is None or not path.is_file() or root not in path.parents:
             route.abort()
             return
@@ -127,9 +184,7 @@ def render(manifest: dict[str, Any], cache: Path, out: Path, only: str | None = 
         )
         context.route("**/*", serve)
         page = context.new_page()
-        for spec in manifest["pages"]:
-            if only and only not in spec["id"]:
-                continue
+        for spec in pages:
             url = f"http://{_slug(spec['package'])}.{HOST}/{spec['file']}"
             page.goto(url, wait_until="load")
             page.wait_for_timeout(spec.get("wait_ms", 600))  # scripted widgets, animations
@@ -148,20 +203,26 @@ def render(manifest: dict[str, Any], cache: Path, out: Path, only: str | None = 
             page.screenshot(path=str(out / f"{spec['id']}.png"))
         context.close()
     targets = out / "targets.json"
-    merged = json.loads(targets.read_text()) if only and targets.is_file() else {}
+    partial = len(pages) < len(manifest["pages"])
+    merged = json.loads(targets.read_text()) if partial and targets.is_file() else {}
     merged.update(boxes)
-    targets.write_text(json.dumps(merged, indent=1) + "\n")
+    tmp = targets.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(merged, indent=1) + "\n")
+    tmp.replace(targets)  # one rename: a reader never sees a half-written file
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", type=Path, default=Path("/tmp/clef-templates"))
     parser.add_argument("--out", type=Path, default=DATA / "renders")
+    parser.add_argument("--manifest", type=Path, default=MANIFEST, help="manifest to render")
     parser.add_argument("--only", default=None, help="render only page ids containing this")
+    parser.add_argument("--split", default=None, help="render only pages of this split")
+    parser.add_argument("--package", default=None, help="render only pages of this package")
     args = parser.parse_args()
     if find_chromium() is None:
         raise SystemExit("no Chromium found: apt-get install chromium")
-    render(load_manifest(), args.cache, args.out, args.only)
+    render(load_manifest(args.manifest), args.cache, args.out, args.only, args.split, args.package)
 
 
 if __name__ == "__main__":
