@@ -19,9 +19,12 @@ packages) could be looked at while writing the page-type prototypes; ``heldout``
 with the most OCR lines; their latency is reported on its own.
 
 Run:  python benchmarks/vision_screenshots.py [--repeats 3] [--threads 2]
+      python benchmarks/vision_screenshots.py --split tune --repeats 1 --out /tmp/vs_tune.json
       python benchmarks/vision_screenshots.py --runtime onnxruntime \
           --out benchmarks/results/vision_screenshots_onnxruntime.json
 Writes benchmarks/results/vision_screenshots.json (OCR on OpenVINO when it is installed).
+``--split tune`` (or ``heldout``) measures the template pages of that split only and
+never touches the committed JSON: it writes ``--out`` when given, else nothing.
 """
 
 from __future__ import annotations
@@ -69,17 +72,33 @@ def _summary(values: list[float]) -> dict[str, float]:
     }
 
 
+SPLITS = ("heldout", "tune")
+
+
 def template_set(
-    classifier: ScreenshotClassifier, pipeline: VisionPipeline, renders: Path, repeats: int
+    classifier: ScreenshotClassifier,
+    pipeline: VisionPipeline,
+    renders: Path,
+    repeats: int,
+    split: str = "all",
 ) -> dict[str, object]:
-    """Page type, box hits and end-to-end latency on the real template pages, per split."""
+    """Page type, box hits and end-to-end latency on the real template pages, per split.
+
+    With ``split`` set to one split, pages of the other are never opened, scored or
+    printed (tuning on ``tune`` pages must not see a ``heldout`` one).
+    """
     manifest = load_manifest()
+    splits = SPLITS if split == "all" else (split,)
     targets_file = renders / "targets.json"
     if not targets_file.is_file():
+        if split != "all":
+            raise SystemExit(f"no renders in {renders}: run benchmarks/template_pages.py first")
         render_templates(manifest, Path("/tmp/clef-templates"), renders)
     boxes = json.loads(targets_file.read_text())
     rows = []
     for spec in manifest["pages"]:
+        if spec["split"] not in splits:
+            continue
         png = (renders / f"{spec['id']}.png").read_bytes()
         ref = open_image(png, "state")
         times, answer = [], None
@@ -126,20 +145,22 @@ def template_set(
             f"{'ok ' if answer.choice == spec['label'] else 'MISS'} p={top:.2f} "
             f"boxes={[h['hit'] for h in hits]} {statistics.median(times):.0f} ms"
         )
-    heavy_cut = sorted(r["ocr_lines"] for r in rows)[(2 * len(rows)) // 3]
+    heavy_cut = sorted(r["ocr_lines"] for r in rows)[(2 * len(rows)) // 3] if rows else 0
     out: dict[str, object] = {
         "manifest": str(TEMPLATE_DATA.relative_to(ROOT) / "manifest.json"),
+        "split": split,
         "packages": {
             k: f"{v['version']} ({v['licence']}, {v['split']})"
             for k, v in manifest["packages"].items()
+            if v["split"] in splits
         },
         "text_heavy_min_ocr_lines": heavy_cut,
     }
-    for split in ("heldout", "tune"):
-        part = [r for r in rows if r["split"] == split]
+    for name in splits:
+        part = [r for r in rows if r["split"] == name]
         split_hits: list[bool] = [h["hit"] for r in part for h in r["boxes"]]
         wrong = [h for r in part for h in r["boxes"] if not h["hit"]]
-        out[split] = {
+        out[name] = {
             "pages": len(part),
             "page_types": len({r["label"] for r in part}),
             "page_type_accuracy": round(
@@ -174,11 +195,26 @@ def main() -> None:
     parser.add_argument("--max-side", type=int, default=DEFAULT_MAX_SIDE)
     parser.add_argument("--limit", type=int, default=None, help="first N pages only")
     parser.add_argument("--runtime", choices=RUNTIMES, default="auto", help="OCR runtime")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"results JSON (default {OUT.relative_to(ROOT)}, only with --split all)",
+    )
+    parser.add_argument(
+        "--split",
+        choices=("all", *SPLITS),
+        default="all",
+        help="template pages of one split only (fixture pages are always measured)",
+    )
     parser.add_argument(
         "--renders", type=Path, default=TEMPLATE_DATA / "renders", help="template page renders"
     )
     args = parser.parse_args()
+    if args.out is None and args.split == "all":
+        args.out = OUT
+    if args.split != "all" and args.out is not None and args.out.resolve() == OUT.resolve():
+        raise SystemExit(f"--split {args.split} measures part of the set: pass another --out")
     if args.threads:
         import torch
 
@@ -270,7 +306,7 @@ def main() -> None:
     confusions = Counter(
         f"{r['label']}->{r['predicted']}" for r in rows if r["label"] != r["predicted"]
     )
-    templates = template_set(classifier, pipeline, args.renders, args.repeats)
+    templates = template_set(classifier, pipeline, args.renders, args.repeats, args.split)
     result = {
         "benchmark": "vision_screenshots",
         "viewport": [1280, 800],
@@ -321,8 +357,9 @@ def main() -> None:
         "template_pages": templates,
         "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
     summary = {k: v for k, v in result.items() if k not in ("rows", "template_pages")}
     summary["template_pages"] = {k: v for k, v in templates.items() if k != "rows"}
     print(json.dumps(summary, indent=2))
