@@ -11,7 +11,12 @@ evidence, added as logits:
   text (``LEXICAL``), which rewards exact labels ("Add to cart");
 - role match: the instructions name a role (button, field/input/search box, heading)
   and the candidate has it (``+ROLE``), or has the other control role (a button when a
-  field was asked for, or the reverse: ``-ROLE``).
+  field was asked for, or the reverse: ``-ROLE``). Asked for a field or checkbox, the
+  text that labels one ("Email" above its input) also gets ``-ROLE``: the control it
+  labels is the answer, and carries that text as its label;
+- page chrome: a candidate in the page's top bar or left sidebar (:func:`chrome`) gets
+  ``-CHROME`` unless the instructions name the menu, sidebar, header or navigation, so
+  "the search field" is the page's own, not the sidebar's.
 
 The confidence of the box returned is a calibrated probability that it is a hit (holds
 the element asked for): :func:`hit_probability` of the best candidate's softmax
@@ -43,6 +48,7 @@ if TYPE_CHECKING:
 SEMANTIC = 10.0
 LEXICAL = 4.0
 ROLE = 2.5
+CHROME = 1.5
 
 _ROLE_WORDS = {
     "button": ("button", "btn", "click", "press", "tap", "submit"),
@@ -66,6 +72,10 @@ _STOP = {
     *(w for words in _ROLE_WORDS.values() for w in words),
 }  # fmt: skip
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_CHROME_WORDS = {
+    "menu", "nav", "navigation", "navbar", "sidebar", "side", "header", "top", "toolbar",
+    "topbar", "logo", "brand", "breadcrumb", "breadcrumbs", "drawer",
+}  # fmt: skip
 
 
 def words(text: str) -> list[str]:
@@ -82,10 +92,22 @@ def wanted_roles(instructions: str) -> set[str]:
     return roles
 
 
+_DOUBLE = re.compile(r"(.)\1")
+
+
 def _matches(word: str, have: list[str], joined: str) -> bool:
     if word in joined:  # also inside words OCR ran together ("sendresetlink")
         return True
-    return any(SequenceMatcher(None, word, h).ratio() >= 0.8 for h in have if len(h) >= 3)
+    for h in have:
+        # OCR drops one of two equal letters ("Ad to cart") and cuts a word short at
+        # the end of a box ("Back to dash", "Save chang").
+        if _DOUBLE.sub(r"\1", h) == _DOUBLE.sub(r"\1", word):
+            return True
+        if len(h) >= 4 and word.startswith(h) and len(h) >= 0.5 * len(word):
+            return True
+        if len(h) >= 3 and SequenceMatcher(None, word, h).ratio() >= 0.8:
+            return True
+    return False
 
 
 def lexical_overlap(instructions: str, text: str) -> float:
@@ -112,32 +134,104 @@ def describe(element: Element) -> str:
 
 def _words_of(element: Element) -> str:
     if element.label and element.label != element.text:
-        return f"{element.label} {element.text}"
+        return f"{element.label} {element.text}".strip()
     return element.text
+
+
+def _lexical(instructions: str, element: Element) -> float:
+    """Word overlap with the element's words; a field's label or its text alone may
+    match better than both (a placeholder does not dilute the label that names it)."""
+    score = lexical_overlap(instructions, _words_of(element))
+    if element.label and element.text:
+        score = max(
+            score,
+            lexical_overlap(instructions, element.label),
+            lexical_overlap(instructions, element.text),
+        )
+    return score
+
+
+def _role_term(element: Element, roles: set[str], labels: set[str]) -> float:
+    asked = roles & set(_CONTROLS)
+    if element.role in roles:
+        return 1.0
+    # Asked for one kind of control, another kind counts against a candidate.
+    if asked and element.role in _CONTROLS:
+        return -1.0
+    # So does the text that labels a control of the kind asked for.
+    text = element.text
+    if text and any(label == text or label.startswith(text + " ") for label in labels):
+        return -1.0
+    return 0.0
+
+
+def chrome(elements: Sequence[Element], width: int, height: int) -> list[bool]:
+    """Which elements are page chrome: a top bar, or a sidebar down the left side.
+
+    The top bar is two or more elements within the top tenth of the page with more of the
+    page below. A sidebar is five or more elements left of an empty vertical band in the
+    left 8-30% of the width (top bar left out), reaching down half the page, with three
+    or more elements right of the band.
+    """
+    out = [False] * len(elements)
+    if not elements or width <= 0 or height <= 0:
+        return out
+    top = [
+        i
+        for i, e in enumerate(elements)
+        if e.region[1] < 0.06 * height and e.region[3] <= 0.1 * height
+    ]
+    below = any(e.region[1] > 0.15 * height for e in elements)
+    if len(top) >= 2 and below:
+        for i in top:
+            out[i] = True
+    rest = [(i, e) for i, e in enumerate(elements) if not out[i]]
+    spans = sorted((e.region[0], e.region[2]) for _, e in rest)
+    if not spans:
+        return out
+    reach = spans[0][1]
+    cut = None
+    for start, end in spans[1:]:
+        if start > reach and 0.08 * width <= reach and start <= 0.3 * width:
+            cut = (start + reach) / 2.0
+            break
+        reach = max(reach, end)
+    if cut is None:
+        return out
+    left = [(i, e) for i, e in rest if e.region[2] <= cut]
+    right = [e for _, e in rest if e.region[0] >= cut]
+    if len(left) >= 5 and len(right) >= 3:
+        reach_down = max(e.region[3] for _, e in left) - min(e.region[1] for _, e in left)
+        if reach_down >= 0.5 * height:
+            for i, _ in left:
+                out[i] = True
+    return out
 
 
 def candidate_logits(
     embed: Callable[[Sequence[str]], torch.Tensor],
     instructions: str,
     elements: Sequence[Element],
+    in_chrome: Sequence[bool] | None = None,
 ) -> torch.Tensor:
-    """One logit per element (see the module docstring for the terms)."""
+    """One logit per element (see the module docstring for the terms).
+
+    ``in_chrome`` marks elements of the page's top bar or sidebar (:func:`chrome`).
+    """
     texts = [instructions, *(describe(e) for e in elements)]
     # ``embed`` is the engine's cached one: a page's candidates are embedded once, however
     # many box questions are asked about it.
     vectors = torch.nn.functional.normalize(embed(texts).float(), dim=-1)
     cosine = vectors[1:] @ vectors[0]
-    lexical = torch.tensor([lexical_overlap(instructions, _words_of(e)) for e in elements])
+    lexical = torch.tensor([_lexical(instructions, e) for e in elements])
     roles = wanted_roles(instructions)
-    # Asked for one kind of control, another kind counts against a candidate.
-    asked = roles & set(_CONTROLS)
-    role = torch.tensor(
-        [
-            1.0 if e.role in roles else -1.0 if asked and e.role in _CONTROLS else 0.0
-            for e in elements
-        ]
-    )
-    return SEMANTIC * cosine.cpu() + LEXICAL * lexical + ROLE * role
+    asked = roles & {"field", "checkbox"}
+    labels = {e.label for e in elements if e.role in asked and e.label}
+    role = torch.tensor([_role_term(e, roles, labels) for e in elements])
+    logits = SEMANTIC * cosine.cpu() + LEXICAL * lexical + ROLE * role
+    if in_chrome is not None and not set(words(instructions)) & _CHROME_WORDS:
+        logits -= CHROME * torch.tensor([float(c) for c in in_chrome])
+    return logits
 
 
 def locate(
@@ -160,7 +254,17 @@ def locate(
     candidates = [(i, e) for i, ev in enumerate(evidence) for e in ev.elements]
     if not candidates:
         return BoxAnswer(box=None, confidence=None)
-    logits = candidate_logits(embed, instructions, [e for _, e in candidates])
+    # A DOM's elements name their own landmarks; chrome is judged from pixels' layout.
+    in_chrome = [
+        c
+        for ev in evidence
+        for c in (
+            chrome(ev.elements, ev.width, ev.height)
+            if ev.source == "pixels"
+            else [False] * len(ev.elements)
+        )
+    ]
+    logits = candidate_logits(embed, instructions, [e for _, e in candidates], in_chrome)
     probs = torch.softmax(logits.double(), dim=0)
     best = int(torch.argmax(probs))
     image, element = candidates[best]

@@ -26,7 +26,7 @@ Example:
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,9 @@ class Control:
         fill: Mean RGB colour of the inside.
         grid: The rectangle shares a side with a neighbour of the same height or width
             (a table cell, a segmented bar), so it is not an input on its own.
+        section: The rectangle is the header (``"top"``) or footer (``"bottom"``) band of a
+            taller box (a card): it spans the box's width and shares its top or bottom
+            edge, so it is a card title or footer, not a control; ``None`` otherwise.
     """
 
     box: Rect
@@ -66,6 +69,7 @@ class Control:
     uniform: bool
     fill: tuple[int, int, int]
     grid: bool = False
+    section: str | None = None
 
     @property
     def width(self) -> int:
@@ -97,7 +101,8 @@ def _cv2() -> Any:
     return cv2
 
 
-def _rects(array: np.ndarray) -> list[Rect]:
+def _rects(array: np.ndarray) -> tuple[list[Rect], list[Rect]]:
+    """Control-sized rectangles, and taller ones (cards and panels: ``panels``)."""
     cv2 = _cv2()
     height, width = array.shape[:2]
     gray = cv2.cvtColor(array, cv2.COLOR_RGB2GRAY)
@@ -106,15 +111,17 @@ def _rects(array: np.ndarray) -> list[Rect]:
     contours, _ = cv2.findContours(edges, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)
     max_h = min(MAX_HEIGHT, int(0.4 * height))
     out: list[Rect] = []
+    panels: list[Rect] = []
     for contour in contours:
         x, y, w, h = cv2.boundingRect(contour)
-        if w < MIN_SIDE or h < MIN_SIDE or h > max_h or w > 0.9 * width:
+        if w < MIN_SIDE or h < MIN_SIDE or w > 0.9 * width:
             continue
         # contourArea runs through pixel centres: a filled w x h rectangle has (w-1)(h-1).
         if cv2.contourArea(contour) < _RECTANGULARITY * (w - 1) * (h - 1):
             continue
-        out.append((x + 1, y + 1, x + w - 1, y + h - 1))  # the dilation added a pixel
-    return out
+        rect = (x + 1, y + 1, x + w - 1, y + h - 1)  # the dilation added a pixel
+        (panels if h > max_h else out).append(rect)
+    return out, panels
 
 
 def _dedupe(rects: list[Rect]) -> list[Rect]:
@@ -173,6 +180,47 @@ def _describe(array: np.ndarray, rect: Rect) -> Control:
     return Control(rect, bordered, uniform, (int(fill[0]), int(fill[1]), int(fill[2])))
 
 
+def _light(fill: tuple[int, int, int]) -> bool:
+    """A white or pale grey fill (a card's header band), not a coloured button."""
+    return min(fill) >= 200 and max(fill) - min(fill) <= 24
+
+
+def _mark_sections(controls: list[Control], panels: list[Rect]) -> list[Control]:
+    """Flag light bands that span a taller box's width at its top or bottom edge (a card's
+    header or footer): the box continues below (above) them, an input's border does not.
+    A band is at most 45% of its box's height and holds no other rectangle (the card's
+    body, which holds its inputs, is not a band)."""
+    near = 5
+    boxes = [c.box for c in controls] + panels
+    out = []
+    for c in controls:
+        left, top, right, bottom = c.box
+        section = None
+        # (A letter's bowl, "o" in a title, is a rectangle too small to be a control.)
+        holds = any(
+            o.box != c.box
+            and c.contains(o.box, slack=0.0)
+            and o.height < c.height
+            and o.width >= 24
+            and o.height >= 16
+            for o in controls
+        )
+        if _light(c.fill) and not holds:
+            for o in boxes:
+                if c.height > 0.45 * (o[3] - o[1]):
+                    continue
+                if abs(o[0] - left) > near or abs(o[2] - right) > near:
+                    continue
+                if abs(o[1] - top) <= near:
+                    section = "top"
+                    break
+                if abs(o[3] - bottom) <= near:
+                    section = "bottom"
+                    break
+        out.append(c if section is None else replace(c, section=section))
+    return out
+
+
 def _mark_grid(controls: list[Control]) -> list[Control]:
     """Flag table cells (a side shared with a same-sized neighbour, the border between them
     a few pixels thick) and the rows and tables that hold them (two or more inside)."""
@@ -196,7 +244,7 @@ def _mark_grid(controls: list[Control]) -> list[Control]:
             if (same_row and touch_h) or (same_col and touch_v) or inside >= 2:
                 grid = True
                 break
-        out.append(c if not grid else Control(c.box, c.bordered, c.uniform, c.fill, grid=True))
+        out.append(c if not grid else replace(c, grid=True))
     return out
 
 
@@ -207,5 +255,6 @@ def find_controls(array: np.ndarray) -> list[Control]:
     """
     if not available() or array.ndim != 3 or min(array.shape[:2]) < MIN_SIDE:
         return []
-    rects = _dedupe(_rects(np.ascontiguousarray(array)))
-    return _mark_grid([_describe(array, r) for r in rects])
+    rects, panels = _rects(np.ascontiguousarray(array))
+    controls = _mark_grid([_describe(array, r) for r in _dedupe(rects)])
+    return _mark_sections(controls, panels)

@@ -211,11 +211,46 @@ def _has_border(array: np.ndarray, rect: tuple[int, int, int, int], fill: np.nda
     return True
 
 
+def _ink_span(array: np.ndarray, rect: tuple[int, int, int, int], box: Box4) -> tuple[float, float]:
+    """Left and right end of what is drawn in ``rect`` on the text's rows, around the text.
+
+    OCR's box may miss an icon in front of the text or cut a word short ("Back to dash");
+    the pixels do not. Ink further than a gap of 1.5 text heights from the text (a
+    select's caret at the far end) is not counted.
+    """
+    height, width = array.shape[:2]
+    r_left, r_top, r_right, r_bottom = rect
+    y0 = max(r_top + 2, int(box[1]), 0)
+    y1 = min(r_bottom - 2, int(np.ceil(box[3])), height)
+    x0, x1 = max(0, r_left + 3), min(width, r_right - 3)
+    if y1 - y0 < 2 or x1 - x0 < 4:
+        return box[0], box[2]
+    band = array[y0:y1, x0:x1]
+    fill = _fill_colour(array, (x0, y0, x1, y1))
+    cols = np.nonzero((np.abs(band.astype(np.int32) - fill).sum(axis=-1) > _TOLERANCE).any(0))[0]
+    gap = max(12.0, 1.5 * (box[3] - box[1]))
+    lo, hi = box[0] - x0, box[2] - x0
+    for c in cols[cols < lo][::-1]:
+        if lo - c > gap:
+            break
+        lo = float(c)
+    for c in cols[cols > hi]:
+        if c - hi > gap:
+            break
+        hi = float(c + 1)
+    return x0 + lo, x0 + hi
+
+
 def _role(
-    box: Box4, rect: tuple[int, int, int, int] | None, page_width: int, max_ratio: float = 2.5
+    box: Box4,
+    rect: tuple[int, int, int, int] | None,
+    page_width: int,
+    max_ratio: float = 2.5,
+    array: np.ndarray | None = None,
 ) -> str | None:
     """``button`` or ``field`` for text in ``rect``, or ``None`` (not a control): a
-    control is at most ``max_ratio`` times as tall as its text."""
+    control is at most ``max_ratio`` times as tall as its text. Given the image
+    ``array``, whether the text is centred is judged from the ink around it."""
     if rect is None:
         return None
     left, top, right, bottom = box
@@ -227,6 +262,9 @@ def _role(
     # Controls centre their text vertically; a label boxed in by neighbours does not.
     if abs((top - r_top) - (r_bottom - bottom)) > 0.35 * rect_h:
         return None
+    if array is not None:
+        left, right = _ink_span(array, rect, box)
+        text_w = right - left
     offset = ((left + right) / 2.0 - (r_left + r_right) / 2.0) / max(rect_w, 1.0)
     if abs(offset) <= 0.12:
         return "button"
@@ -258,7 +296,7 @@ def _label_of(element: Element, elements: Sequence[Element]) -> str | None:
         else:
             above = -0.5 * o_h <= top - o_bottom <= 2.0 * o_h and o_left < right and o_right > left
             # (OCR's box of "Search:" may reach a pixel or two into the input.)
-            beside = top <= cy <= bottom and -4 <= left - o_right <= 12 * o_h
+            beside = top <= cy <= bottom and -4 <= left - o_right <= 6 * o_h
             if above:
                 gap = top - o_bottom
             elif beside:
@@ -390,16 +428,16 @@ def reading_order(elements: Sequence[Element], depth: int = 0) -> list[Element]:
 
 
 def _control_for(
-    box: Box4, controls: Sequence[Control], page_width: int
+    box: Box4, controls: Sequence[Control], page_width: int, array: np.ndarray | None = None
 ) -> tuple[tuple[int, int, int, int], str] | None:
     """The smallest detected control around a text box, with the role its text gives it."""
     best: tuple[int, tuple[int, int, int, int], str] | None = None
     for control in controls:
-        if control.grid or not control.contains(box):
+        if control.grid or control.section or not control.contains(box):
             continue
         # A rectangle found from its edges is a control; small placeholder text in a
         # tall input (0.8 rem in 50 px) is still its text.
-        role = _role(box, control.box, page_width, max_ratio=3.5)
+        role = _role(box, control.box, page_width, max_ratio=3.5, array=array)
         if (
             role is None
             and control.width <= 0.7 * page_width
@@ -459,6 +497,7 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
     array = np.asarray(image.convert("RGB"))
     height, width = array.shape[:2]
     controls = find_controls(array)
+    sections = [c for c in controls if c.section]
     heights = sorted(line.box[3] - line.box[1] for line in lines)
     median_h = heights[len(heights) // 2]
     elements = []
@@ -474,15 +513,21 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         if ibox[2] - ibox[0] < 2 or ibox[3] - ibox[1] < 2:
             continue
         text_h = ibox[3] - ibox[1]
-        found = _control_for(line.box, controls, width)
+        found = _control_for(line.box, controls, width, array)
+        section = next((c for c in sections if c.contains(line.box)), None)
+        role: str | None
         if found is not None:
             rect, role = found
             used.add(rect)
+        elif section is not None:
+            # Text in a card's header band is the card's title (a footer's, plain text).
+            used.add(section.box)
+            rect, role = None, "heading" if section.section == "top" else None
         else:
             rect = _enclosing_rect(  # type: ignore[assignment]
                 array, ibox, vcap=max(6, int(1.2 * text_h)), hcap=int(0.6 * width)
             )
-            role = _role(line.box, rect, width)  # type: ignore[assignment]
+            role = _role(line.box, rect, width, array=array)  # type: ignore[assignment]
         region: Box4 = tuple(float(v) for v in rect) if role and rect else line.box  # type: ignore[assignment]
         if role is None:
             role = "heading" if text_h >= _HEADING_RATIO * median_h else "text"
@@ -491,6 +536,8 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         if control.box in used:
             continue
         role = _empty_control_role(control, sum(control.fill) >= 3 * 225)
+        if role is None and _before_button(control, elements):
+            role = "field"
         if role is None:
             continue
         lead = None
@@ -509,6 +556,25 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         box = tuple(float(v) for v in control.box)
         elements.append(Element("", box, box, role, 1.0))  # type: ignore[arg-type]
     return _attach_labels(reading_order(elements))
+
+
+def _before_button(control: Control, elements: Sequence[Element]) -> bool:
+    """Whether a box with no text read in it is the input of an input group: a light or
+    bordered box of a button's height right before that button on its row (a quantity
+    before "Add to cart", an e-mail before "Subscribe"), wider than a square icon."""
+    _, top, right, bottom = control.box
+    h, w = control.height, control.width
+    if control.grid or control.section or not control.uniform or not 18 <= h <= 80:
+        return False
+    if w < 1.15 * h or not (control.bordered or sum(control.fill) >= 3 * 225):
+        return False
+    for e in elements:
+        if e.role != "button":
+            continue
+        b_left, b_top, _, b_bottom = e.region
+        if abs(b_top - top) <= 4 and abs(b_bottom - bottom) <= 4 and 0 <= b_left - right <= 24:
+            return True
+    return False
 
 
 def _leads(array: np.ndarray, control: Control, element: Element) -> bool:
