@@ -2,7 +2,8 @@
 
 The examples are what OCR typically reads off such a page, line by line (written by hand
 from common web patterns, in English with a few German, French and Spanish lines; none is
-copied from the test fixtures or from the template pages the benchmark measures). The
+copied from the test fixtures or from the template pages the benchmark measures; some
+follow the patterns of the ``tune`` template pages, never of the ``heldout`` ones). The
 engine fits its prototype head on them, so the
 :class:`~clef_agents.vision.ScreenshotClassifier` works without a training run.
 
@@ -203,6 +204,10 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Visitor permits\nBuy a visitor permit for your street.",
             'Search the catalogue\nGo\nResults for "ocean"\n96 titles found\nSort by newest\n'
             "Title of a book\nAuthor name · 2020 · Available",
+            "Search\nweekend hiking\nWeekend hiking trips for beginners\n2023-06-02 09:12am\n"
+            "a snippet of the page that matched the words you typed\nBest hiking boots\n"
+            "2023-05-28 04:40pm\nanother snippet that matched\n(layout: headings: Search; "
+            "fields: weekend hiking)",
         ],
     },
     "product_listing": {
@@ -230,6 +235,13 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Ajouter au panier\nDescription du produit\n39,00 €\nEn stock",
             "SKU: 10-442\nLeather weekend bag\n$180.00\nAvailable colors\nBrown Black\n"
             "Add to cart\nAdd to wishlist\nDescription\nReviews",
+            "Canvas tote bag\nSKU: TB-210\n$32.00 $24.00\nA roomy bag made from heavy cotton "
+            "canvas, with an inner pocket and long handles.\n1\nAdd to cart\nRelated products",
+            "Pour-over kettle\nSKU: PK-07\n$64.00 $48.00\nA steel kettle with a thin spout for "
+            "slow, even pouring.\nAdd to cart",
+            "Icon set Pro\nDigital download\n4.8 · 95 reviews\n$29 $49\nLicense\nPersonal\n"
+            "Commercial\nQuantity\nIn stock\nAdd to cart\nBuy now - $29\nInstant download\n"
+            "Money-back guarantee\nDescription\nSpecifications\nReviews",
         ],
     },
     "cart": {
@@ -243,6 +255,8 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Warenkorb\nMenge\nEntfernen\nZwischensumme\nZur Kasse",
             "Panier\nQuantité\nSupprimer\nSous-total\nCommander",
             "Mi carrito\nCantidad\nEliminar\nSubtotal\nTramitar pedido",
+            "Your cart (3)\nSubtotal $81.00\nShipping Free\nTax $6.48\nTotal $87.48\n"
+            "Proceed to checkout\nContinue shopping",
         ],
     },
     "checkout": {
@@ -280,6 +294,9 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "summary of the post.\nRead more\nWinter bike care\nMarch 18, 2024 · 7 min read\n"
             "Read more\nOur favourite trails\nMarch 2, 2024 · 3 min read\nRead more\n"
             "Older posts",
+            "Harbour Notes\nA blog about boats and the sea\nWhy wooden hulls still matter\n"
+            "What the old builders knew about oak\nPosted by Lena Falk on May 4, 2024\n"
+            "(layout: headings: Harbour Notes)",
         ],
     },
     "blog_article": {
@@ -308,6 +325,10 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "on 3 March 2024 · 4 comments\nOur tests took 30 minutes on every pull request. This "
             "post walks through the profiling, the fixes and what did not work.\nWhat we measured "
             "first\nWe timed every step and graphed the results.",
+            "A week by the sea\nPosted on June 9, 2024 by Mia Chen\nTravel\nFood\nThe ferry "
+            "left at dawn, and by noon we had found a small house above the harbour.\nSearch\n"
+            "Categories\nEvery morning we walked to the market and came back with more fish than "
+            "we could eat.\nLeave a comment\nSide widget",
         ],
     },
     "dashboard": {
@@ -334,6 +355,12 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Name\nAbteilung\nStandort\nEintrittsdatum",
             "Show 10 entries\nSearch:\nName\nRole\nCity\nJoined\nShowing 1 to 10 of 57 entries\n"
             "Previous 1 2 3 Next",
+            "Members table\nMEMBER\nTEAM\nSTATUS\nJOINED\nAna Ruiz\nana@example.org\nDesign\n"
+            "ACTIVE\n12/03/21\nEdit\nTom Berg\ntom@example.org\nSales\nAWAY\n04/11/22\nEdit\n"
+            "Orders table\nORDER\nAMOUNT\nSTATUS\n#1024\n$120\nPAID\nEdit",
+            "Customers table\nCUSTOMER\nAlice Moreau\nalice@example.com\nBen Ortiz\n"
+            "ben@example.com\nCarla Diaz\ncarla@example.com\nPLAN\nPro\nFree\nTeam\nSTATUS\n"
+            "ACTIVE\nPAUSED\nACTIVE\nSIGNED UP\n02/01/23\n14/05/22\n30/09/21\nEdit\nEdit\nEdit",
         ],
     },
     "settings": {
@@ -347,6 +374,15 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Preferences\nLanguage\nTheme\nDark mode\nEmail notifications\nSave",
             "My profile\nAbout me\nLocation\nFollowers 320\nFollowing 41\nEdit profile",
             "Billing\nPayment methods\nInvoices\nBilling information\nPlan: Pro\nManage plan",
+            "Billing\nPayment method\nAdd new card\n**** **** **** 4242\nExpires 08/27\nInvoices\n"
+            "View all\nMarch 1, 2024\n#INV-1042\n$49.00\nPDF\nBilling information\n"
+            "Company name\nEmail address\nEdit\nDelete\nYour transactions",
+            "User profile\nJane Cooper\nProduct designer\nFollowers 1,204\nFollowing 310\n"
+            "Activity\nTimeline\nSettings\nAbout me\nEducation\nLocation\nSkills\nFollow\n"
+            "Send message",
+            "Account\nUpdate your personal information\nProfile picture\nUpload new\nRemove\n"
+            "Full name\nEmail address\nRole\nTime zone\nNotifications\nPrivacy and security\n"
+            "Appearance\nCancel\nSave changes",
             "Einstellungen\nProfil\nBenachrichtigungen\nÄnderungen speichern",
             "Paramètres du compte\nProfil\nMot de passe\nEnregistrer",
         ],

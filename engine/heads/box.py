@@ -14,7 +14,8 @@ evidence, added as logits:
   field was asked for, or the reverse: ``-ROLE``). Asked for a field or checkbox, the
   text that labels one ("Email" above its input) also gets ``-ROLE``: the control it
   labels is the answer, and carries that text as its label;
-- page chrome: a candidate in the page's top bar or left sidebar (:func:`chrome`) gets
+- page chrome: a candidate in the page's top bar or left sidebar
+  (:func:`~clef_engine.backbones.vision.chrome.chrome`) gets
   ``-CHROME`` unless the instructions name the menu, sidebar, header or navigation, so
   "the search field" is the page's own, not the sidebar's.
 
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from clef_engine.backbones.vision.chrome import chrome
 from clef_engine.schema.answers import BoxAnswer, BoxCoords
 
 if TYPE_CHECKING:
@@ -165,49 +167,6 @@ def _role_term(element: Element, roles: set[str], labels: set[str]) -> float:
     return 0.0
 
 
-def chrome(elements: Sequence[Element], width: int, height: int) -> list[bool]:
-    """Which elements are page chrome: a top bar, or a sidebar down the left side.
-
-    The top bar is two or more elements within the top tenth of the page with more of the
-    page below. A sidebar is five or more elements left of an empty vertical band in the
-    left 8-30% of the width (top bar left out), reaching down half the page, with three
-    or more elements right of the band.
-    """
-    out = [False] * len(elements)
-    if not elements or width <= 0 or height <= 0:
-        return out
-    top = [
-        i
-        for i, e in enumerate(elements)
-        if e.region[1] < 0.06 * height and e.region[3] <= 0.1 * height
-    ]
-    below = any(e.region[1] > 0.15 * height for e in elements)
-    if len(top) >= 2 and below:
-        for i in top:
-            out[i] = True
-    rest = [(i, e) for i, e in enumerate(elements) if not out[i]]
-    spans = sorted((e.region[0], e.region[2]) for _, e in rest)
-    if not spans:
-        return out
-    reach = spans[0][1]
-    cut = None
-    for start, end in spans[1:]:
-        if start > reach and 0.08 * width <= reach and start <= 0.3 * width:
-            cut = (start + reach) / 2.0
-            break
-        reach = max(reach, end)
-    if cut is None:
-        return out
-    left = [(i, e) for i, e in rest if e.region[2] <= cut]
-    right = [e for _, e in rest if e.region[0] >= cut]
-    if len(left) >= 5 and len(right) >= 3:
-        reach_down = max(e.region[3] for _, e in left) - min(e.region[1] for _, e in left)
-        if reach_down >= 0.5 * height:
-            for i, _ in left:
-                out[i] = True
-    return out
-
-
 def candidate_logits(
     embed: Callable[[Sequence[str]], torch.Tensor],
     instructions: str,
@@ -216,7 +175,8 @@ def candidate_logits(
 ) -> torch.Tensor:
     """One logit per element (see the module docstring for the terms).
 
-    ``in_chrome`` marks elements of the page's top bar or sidebar (:func:`chrome`).
+    ``in_chrome`` marks elements of the page's top bar or sidebar
+    (:func:`~clef_engine.backbones.vision.chrome.chrome`).
     """
     texts = [instructions, *(describe(e) for e in elements)]
     # ``embed`` is the engine's cached one: a page's candidates are embedded once, however

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from clef_engine.backbones.vision.chrome import chrome
 from clef_engine.backbones.vision.controls import Control, find_controls
 from clef_engine.backbones.vision.ocr import OcrLine
 
@@ -94,11 +95,16 @@ class ImageEvidence:
     ``dom`` (a browser page's own elements); box confidence is calibrated per source."""
 
     def text(self, label: str = "screenshot") -> str:
-        """The textual state: lines in reading order, then a layout summary."""
+        """The textual state: lines in reading order (the main content, then the page
+        chrome: top bar and sidebar), then a layout summary of the main content."""
         head = f"[{label} {self.width}x{self.height}]"
         if not self.elements:
             return f"{head}\n(no text found in the image)"
-        lines = [head, *(e.text for e in self.elements if e.text)]
+        # The main content first: the menus every page of an app repeats come after it.
+        frame = chrome(self.elements, self.width, self.height)
+        inner = [e for e, c in zip(self.elements, frame, strict=True) if not c]
+        menus = [e.text for e, c in zip(self.elements, frame, strict=True) if e.text and c]
+        lines = [head, *(e.text for e in inner if e.text), *menus]
         summary = []
         roles = (
             ("heading", "headings"),
@@ -107,7 +113,7 @@ class ImageEvidence:
             ("checkbox", "checkboxes"),
         )
         for role, name in roles:
-            texts = [e.text or e.label or "" for e in self.elements if e.role == role]
+            texts = [e.text or e.label or "" for e in inner if e.role == role]
             texts = [t for t in texts if t]
             if texts:
                 summary.append(f"{name}: " + ", ".join(texts[:12]))
@@ -497,7 +503,7 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
     array = np.asarray(image.convert("RGB"))
     height, width = array.shape[:2]
     controls = find_controls(array)
-    sections = [c for c in controls if c.section]
+    sections = [c for c in controls if c.section and _title_band(c, lines)]
     heights = sorted(line.box[3] - line.box[1] for line in lines)
     median_h = heights[len(heights) // 2]
     elements = []
@@ -556,6 +562,17 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         box = tuple(float(v) for v in control.box)
         elements.append(Element("", box, box, role, 1.0))  # type: ignore[arg-type]
     return _attach_labels(reading_order(elements))
+
+
+def _title_band(section: Control, lines: Sequence[OcrLine]) -> bool:
+    """Whether a card's header or footer band holds one row of text, at most a few text
+    heights tall (a list's first item, with its title and snippet lines, is not a title)."""
+    inside = [line.box for line in lines if section.contains(line.box)]
+    if not inside:
+        return False
+    tallest = max(b[3] - b[1] for b in inside)
+    centres = [(b[1] + b[3]) / 2.0 for b in inside]
+    return section.height <= 3.5 * tallest and max(centres) - min(centres) <= 0.5 * tallest
 
 
 def _before_button(control: Control, elements: Sequence[Element]) -> bool:

@@ -1,0 +1,75 @@
+"""Page chrome: the top bar and the left sidebar that frame an app's main content.
+
+Admin and shop pages repeat the same navigation on every page ("Dashboard", "Widgets",
+"Cart"). For a page-type question it is noise that crowds the page's own text out of the
+encoder's window; for a box question it holds look-alikes of the element asked for (the
+sidebar's search box beside the page's). :func:`chrome` finds it from the elements'
+geometry alone: the textual state reads the main content first and the chrome after it,
+and box questions that do not name a menu, sidebar or header prefer the main content.
+
+Example:
+    >>> from clef_engine.backbones.vision.layout import Element
+    >>> def line(text, left, top, right):
+    ...     return Element(text, (left, top, right, top + 20), (left, top, right, top + 20))
+    >>> side = [line(t, 20, 100 + 60 * i, 120) for i, t in enumerate("ABCDEFGH")]
+    >>> main = [line("Welcome", 300, 120, 700), line("Body", 300, 200, 900),
+    ...         line("More", 300, 300, 900)]
+    >>> chrome(side + main, 1280, 800)[-3:], all(chrome(side + main, 1280, 800)[:8])
+    ([False, False, False], True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clef_engine.backbones.vision.layout import Element
+
+TOP_BAR = 0.1
+"""The top bar lies within this share of the page height from the top."""
+SIDEBAR = (0.08, 0.3)
+"""A sidebar ends in this band of the page width (a gutter there, no element across)."""
+
+
+def chrome(elements: Sequence[Element], width: int, height: int) -> list[bool]:
+    """Which elements are page chrome: a top bar, or a sidebar down the left side.
+
+    The top bar is two or more elements within the top tenth of the page, with more of
+    the page below. A sidebar is five or more elements left of an empty vertical band in
+    the left 8-30% of the width (the top bar left out), reaching down half the page, with
+    three or more elements right of the band.
+    """
+    out = [False] * len(elements)
+    if not elements or width <= 0 or height <= 0:
+        return out
+    top = [
+        i
+        for i, e in enumerate(elements)
+        if e.region[1] < 0.6 * TOP_BAR * height and e.region[3] <= TOP_BAR * height
+    ]
+    below = any(e.region[1] > 1.5 * TOP_BAR * height for e in elements)
+    if len(top) >= 2 and below:
+        for i in top:
+            out[i] = True
+    rest = [(i, e) for i, e in enumerate(elements) if not out[i]]
+    spans = sorted((e.region[0], e.region[2]) for _, e in rest)
+    if not spans:
+        return out
+    reach = spans[0][1]
+    cut = None
+    for start, end in spans[1:]:
+        if start > reach and SIDEBAR[0] * width <= reach and start <= SIDEBAR[1] * width:
+            cut = (start + reach) / 2.0
+            break
+        reach = max(reach, end)
+    if cut is None:
+        return out
+    left = [(i, e) for i, e in rest if e.region[2] <= cut]
+    right = [e for _, e in rest if e.region[0] >= cut]
+    if len(left) >= 5 and len(right) >= 3:
+        reach_down = max(e.region[3] for _, e in left) - min(e.region[1] for _, e in left)
+        if reach_down >= 0.5 * height:
+            for i, _ in left:
+                out[i] = True
+    return out
