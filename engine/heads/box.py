@@ -105,7 +105,7 @@ def _matches(word: str, have: list[str], joined: str) -> bool:
         # the end of a box ("Back to dash", "Save chang").
         if _DOUBLE.sub(r"\1", h) == _DOUBLE.sub(r"\1", word):
             return True
-        if len(h) >= 4 and word.startswith(h) and len(h) >= 0.5 * len(word):
+        if len(h) >= 4 and word.startswith(h) and len(h) >= 0.4 * len(word):
             return True
         if len(h) >= 3 and SequenceMatcher(None, word, h).ratio() >= 0.8:
             return True

@@ -112,3 +112,44 @@ def test_password_reset_stays_password_reset(engine) -> None:
 def test_neighbouring_types_are_told_apart(engine, text: str, label: str) -> None:
     p = _probabilities(engine, text)
     assert max(p, key=p.__getitem__) == label, p
+
+
+def test_a_billing_page_is_settings_not_checkout(engine) -> None:
+    # Card numbers and invoices on an account's billing page (material-dashboard's billing
+    # read as checkout/dashboard before its prototypes).
+    text = (
+        "[screenshot 1280x800]\nBilling\nPayment method\nAdd a new card\n**** **** **** 1881\n"
+        "Expires 03/28\nInvoices\nView all\nFebruary 2, 2024\n#INV-2210\n$19.00\nPDF\n"
+        "Billing details\nCompany name\nEmail address\nEdit\n"
+        "(layout: buttons: Add a new card, View all, Edit)"
+    )
+    p = _probabilities(engine, text)
+    assert max(p, key=p.__getitem__) == "settings", p
+
+
+@pytest.mark.parametrize(
+    ("text", "label", "at_least"),
+    [
+        (  # a social profile: followers, tabs, about me (0.70 before its prototypes)
+            "[screenshot 1280x800]\nMy profile\nRuth Okafor\nData engineer\nFollowers 842\n"
+            "Following 97\nActivity\nTimeline\nSettings\nAbout me\nEducation\n"
+            "M.Sc. in Statistics\nLocation\nLagos, Nigeria\nFollow\n(layout: buttons: Follow)",
+            "settings",
+            0.8,
+        ),
+        (  # a search page with the query in its box, results with timestamps (0.64 before)
+            "[screenshot 1280x800]\nSearch\nsolar panels\nHow solar panels work\n"
+            "2022-08-14 11:20am\nthe part of the page where the words you looked for appear\n"
+            "Cleaning solar panels\n2022-07-01 03:05pm\nanother matching part of a page\n"
+            "(layout: headings: Search; fields: solar panels)",
+            "search_results",
+            0.75,
+        ),
+    ],
+)
+def test_profile_and_search_pages_are_confident(
+    engine, text: str, label: str, at_least: float
+) -> None:
+    p = _probabilities(engine, text)
+    assert max(p, key=p.__getitem__) == label, p
+    assert p[label] >= at_least, p

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from clef_engine.backbones.vision.chrome import chrome
 from clef_engine.backbones.vision.layout import Element, ImageEvidence
 from clef_engine.heads import box
 
@@ -52,3 +53,81 @@ def test_dom_evidence_is_calibrated_as_dom() -> None:
     )
     assert pixels.box == dom.box
     assert pixels.confidence != dom.confidence
+
+
+def _at(
+    text: str, role: str, rect: tuple[float, float, float, float], label: str | None = None
+) -> Element:
+    return Element(text, rect, rect, role, 1.0, label)
+
+
+def _admin_page() -> list[Element]:
+    """An admin page: a top bar, a sidebar menu with its own search box, the main content."""
+    top = [_at("AdminKit", "text", (20, 14, 150, 42)), _at("Home", "text", (300, 14, 350, 42))]
+    side = [_at("Search", "field", (9, 141, 216, 177))]
+    side += [
+        _at(t, "text", (23, 200 + 80 * i, 160, 224 + 80 * i))
+        for i, t in enumerate(("Dashboard", "Widgets", "Charts", "Forms", "Tables", "Pages"))
+    ]
+    main = [
+        _at("Search", "heading", (673, 75, 856, 136)),
+        _at("Lorem ipsum", "field", (436, 163, 1062, 209), label="Search"),
+        _at("Result title", "heading", (384, 239, 731, 273)),
+        _at("a snippet of the result", "text", (383, 281, 1103, 308)),
+        _at("We will fix it. Meanwhile, return to dashboard.", "text", (650, 420, 1040, 446)),
+    ]
+    return top + side + main
+
+
+def test_chrome_is_the_top_bar_and_the_left_sidebar() -> None:
+    elements = _admin_page()
+    flags = chrome(elements, 1280, 800)
+    assert flags[:9] == [True] * 9  # top bar (2) and sidebar (7)
+    assert flags[9:] == [False] * 5
+    # A login card alone on a page has no chrome.
+    card = [_at(f"line {i}", "text", (472, 200 + 40 * i, 808, 224 + 40 * i)) for i in range(6)]
+    assert chrome(card, 1280, 800) == [False] * 6
+
+
+def test_generic_questions_prefer_the_main_content_to_its_sidebar_twin() -> None:
+    evidence = ImageEvidence("d", 1280, 800, _admin_page())
+    answer = box.locate(_embed, "the search field", [evidence])
+    assert answer.box is not None and answer.box.left == pytest.approx(436 / 1280, abs=1e-4)
+    answer = box.locate(_embed, "the return to dashboard link", [evidence])
+    assert answer.box is not None and answer.box.left == pytest.approx(650 / 1280, abs=1e-4)
+    # Naming the sidebar finds the sidebar's.
+    answer = box.locate(_embed, "the sidebar search field", [evidence])
+    assert answer.box is not None and answer.box.left == pytest.approx(9 / 1280, abs=1e-4)
+
+
+def test_the_textual_state_reads_the_main_content_before_the_chrome() -> None:
+    state = ImageEvidence("d", 1280, 800, _admin_page()).text()
+    lines = state.splitlines()
+    assert lines.index("Result title") < lines.index("Dashboard") < lines.index("AdminKit") or (
+        lines.index("Result title") < lines.index("AdminKit") < lines.index("Dashboard")
+    )
+    assert "fields: Lorem ipsum" in state and "fields: Search," not in state
+
+
+def test_a_field_question_finds_the_input_not_the_text_that_labels_it() -> None:
+    # gentelella's login: "Email" above an input whose placeholder is you@company.com.
+    elements = [
+        _at("Email", "text", (471, 286, 504, 305)),
+        _at("you@company.com", "field", (472, 309, 808, 347), label="Email"),
+        _at("Password", "text", (470, 362, 530, 379)),
+        _at("", "field", (472, 384, 808, 422), label="Password"),
+    ]
+    answer = box.locate(_embed, "the email field", [ImageEvidence("d", 1280, 800, elements)])
+    assert answer.box is not None and answer.box.top == pytest.approx(309 / 800, abs=1e-4)
+
+
+def test_words_ocr_misread_still_match() -> None:
+    # A doubled letter read once, a word cut short at the end of its box.
+    assert box.lexical_overlap("the add to cart button", "Ad to cart") > box.lexical_overlap(
+        "the add to cart button", "Cart"
+    )
+    assert box.lexical_overlap("the back to dashboard button", "Back to dash") == pytest.approx(
+        box.lexical_overlap("the back to dashboard button", "Back to dashboard"), abs=0.01
+    )
+    # A short word is not a prefix match for anything ("to" is no "top").
+    assert box.lexical_overlap("the top menu", "to") == 0.0

@@ -151,3 +151,97 @@ def test_small_placeholder_text_in_a_tall_input_is_the_input() -> None:
     assert _inside(elements["Password"].region, field)
     assert elements["Login"].role == "button"
     assert _inside(elements["Login"].region, button)
+
+
+def _card(img: Image.Image, box: tuple[int, int, int, int], header: int) -> ImageDraw.ImageDraw:
+    """A white card with a pale header band ``header`` pixels tall (Bootstrap's card)."""
+    d = ImageDraw.Draw(img)
+    left, top, right, _ = box
+    d.rounded_rectangle(box, radius=6, fill="white", outline="#d9d9d9")
+    d.rectangle((left + 1, top + 1, right - 1, top + header), fill="#f7f7f7")
+    d.line((left, top + header, right, top + header), fill="#d9d9d9")
+    return d
+
+
+def test_a_card_header_is_a_title_not_a_button() -> None:
+    # startbootstrap-sb-admin's login card: "the login button" came back as the header band.
+    img = Image.new("RGB", (1280, 800), "#0d6efd")
+    d = _card(img, (416, 48, 864, 466), header=96)
+    title = _text(d, (596, 80), "Login", 28, fill="#212529")
+    button = (780, 359, 850, 397)
+    d.rounded_rectangle(button, radius=6, fill="#0d6efd")
+    login = _text(d, (793, 368), "Login", 16, fill="white")
+    elements = analyse(img, [title, login])
+    header, real = sorted((e for e in elements if e.text == "Login"), key=lambda e: e.box[1])
+    assert header.role == "heading" and header.region == title.box, header
+    assert real.role == "button" and _inside(real.region, button), real
+
+
+def test_a_small_card_keeps_its_input_while_its_header_is_a_title() -> None:
+    # The body of a card low enough to be a control candidate holds the input group: it is
+    # no header band, and the input in it stays a field labelled by the card's title.
+    img = Image.new("RGB", (1280, 800), "white")
+    d = _card(img, (841, 358, 1199, 473), header=40)
+    title = _text(d, (856, 370), "Search", 16, fill="#212529")
+    field = (858, 416, 1126, 456)
+    d.rectangle(field, fill="white", outline="#ced4da")
+    hint = _text(d, (870, 428), "Enter search term...", 15, fill="#6c757d")
+    d.rectangle((1127, 416, 1181, 456), fill="#0d6efd")
+    go = _text(d, (1140, 428), "Go!", 15, fill="white")
+    elements = {e.text: e for e in analyse(img, [title, hint, go])}
+    assert elements["Search"].role == "heading"
+    assert elements["Enter search term..."].role == "field"
+    assert _inside(elements["Enter search term..."].region, field, tol=4.0)
+    assert (elements["Enter search term..."].label or "").startswith("Search")
+
+
+def test_an_outline_button_with_an_icon_and_a_cut_text_box_is_a_button() -> None:
+    # gentelella's 404: OCR boxed "Back to dash" of "<icon> Back to dashboard", so the
+    # text looked left-aligned in its box (a field); the ink in the box is centred.
+    img = Image.new("RGB", (1280, 800), "white")
+    d = ImageDraw.Draw(img)
+    rect = (519, 490, 665, 520)
+    d.rounded_rectangle(rect, radius=6, fill="white", outline="#c8c8c8")
+    d.rectangle((530, 499, 540, 511), fill="#333333")  # the icon
+    font = ImageFont.load_default(size=13)
+    d.text((546, 497), "Back to dashboard", font=font, fill="#333333")
+    # OCR's box starts at the icon and stops short of the text's end.
+    _, top, _, bottom = d.textbbox((546, 497), "Back to dash", font=font)
+    line = OcrLine("Back to dash", (527.0, top - 3.0, 618.0, bottom + 3.0), 0.9)
+    [element] = analyse(img, [line])
+    assert element.role == "button", element
+    assert _inside(element.region, rect)
+
+
+def test_an_unread_quantity_box_before_add_to_cart_is_a_field() -> None:
+    # startbootstrap-shop-item: OCR reads nothing in the 48 px quantity input ("1").
+    img = Image.new("RGB", (1280, 800), "white")
+    d = ImageDraw.Draw(img)
+    quantity = (664, 544, 712, 582)
+    d.rounded_rectangle(quantity, radius=5, fill="white", outline="#adb5bd")
+    d.text((684, 553), "1", font=ImageFont.load_default(size=16), fill="#212529")
+    button = (728, 544, 847, 582)
+    d.rounded_rectangle(button, radius=5, fill="white", outline="#212529")
+    add = _text(d, (745, 553), "Add to cart", 16, fill="#212529")
+    elements = analyse(img, [add])
+    [field] = [e for e in elements if e.role == "field"]
+    assert _inside(field.region, quantity)
+    assert field.label == "Add to cart"
+    assert [e.role for e in elements if e.text == "Add to cart"] == ["button"]
+
+
+def test_a_list_whose_first_item_spans_its_top_is_not_a_titled_card() -> None:
+    # A search result list: the first item shares the list's top edge, like a card header,
+    # but holds a title and a snippet: its lines stay text.
+    img = Image.new("RGB", (1280, 800), "#f4f6f9")
+    d = ImageDraw.Draw(img)
+    d.rectangle((350, 226, 1180, 718), fill="white", outline="#dee2e6")
+    d.line((350, 341, 1180, 341), fill="#dee2e6")
+    lines = [
+        _text(d, (388, 242), "First result title", 24, fill="#212529"),
+        _text(d, (388, 284), "a snippet of the page that matched the query", 15, fill="#212529"),
+        _text(d, (388, 308), "and its second line", 15, fill="#212529"),
+    ]
+    roles = {e.text: e.role for e in analyse(img, lines)}
+    assert roles["a snippet of the page that matched the query"] == "text", roles
+    assert roles["and its second line"] == "text", roles
