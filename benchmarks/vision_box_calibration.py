@@ -11,16 +11,25 @@ page's DOM (``ScreenshotClassifier.locate(page, ...)``).
 
 The confidence is ``sigmoid(a·logit(p) + c)`` per source (see
 :func:`clef_engine.heads.box.hit_probability`); ``(a, c)`` are fit by logistic
-regression on the fit pages (tests/fixtures/pages, tests/fixtures/flows) and reported on
-the held-out pages (tests/fixtures/pages_holdout and any ``--holdout`` folder), never fit
-on: hit rate, mean confidence, expected calibration error (10 bins) and Brier score, for
-the raw softmax probability and for the calibrated one.
+regression on the fit pages (tests/fixtures/pages, tests/fixtures/flows, and with
+``--renders`` the tune template pages) and reported on the held-out pages
+(tests/fixtures/pages_holdout and any ``--holdout`` folder), never fit on: hit rate,
+mean confidence, expected calibration error (10 bins) and Brier score, for the raw
+softmax probability and for the calibrated one.
 
 ``--latency`` also times one end-to-end decision per page (a page-type Choice and a box
 question, cold OCR cache) and reports p50/p95 over all pages and over the text-heavy ones
 (at least 30 OCR lines).
 
-Run:  python benchmarks/vision_box_calibration.py [--latency] [--threads 2]
+``--renders`` adds pixel questions on the real template pages, and the pixel calibration
+is then fit on their ``tune`` split too (``--no-fit-tune``: fixtures only; ``heldout``
+pages are never fit on, only reported); ``--split tune`` opens the tune pages only (then
+``--out`` is required: a part of the set never overwrites the committed JSON). The
+shipped constants (:data:`clef_engine.heads.box.CALIBRATION`) come from the run with the
+renders.
+
+Run:  python benchmarks/vision_box_calibration.py --threads 2 \
+          --renders benchmarks/data/template_pages/renders [--latency]
 Writes benchmarks/results/vision_box_calibration.json.
 """
 
@@ -46,6 +55,7 @@ from clef_agents.browser import chromium, find_chromium  # noqa: E402
 from clef_agents.vision import ScreenshotClassifier  # noqa: E402
 from clef_engine import Box, Choice, DecisionEngine  # noqa: E402
 from clef_engine.backbones.vision import dom  # noqa: E402
+from clef_engine.backbones.vision.chrome import chrome  # noqa: E402
 from clef_engine.backbones.vision.images import open_image  # noqa: E402
 from clef_engine.heads import box as box_head  # noqa: E402
 
@@ -94,9 +104,15 @@ def hit(answer: Any, rects: list[tuple[float, ...]], size: tuple[int, int]) -> b
 
 
 def raw(engine: DecisionEngine, instructions: str, evidence: Any) -> tuple[float, float]:
-    """The best candidate's softmax probability and its logit lead over the second."""
+    """The best candidate's softmax probability and its logit lead over the second, scored
+    as :func:`~clef_engine.heads.box.locate` scores them (page chrome from pixels only)."""
+    in_chrome = (
+        chrome(evidence.elements, evidence.width, evidence.height)
+        if evidence.source == "pixels"
+        else None
+    )
     logits = box_head.candidate_logits(
-        engine.scoring_context().embed, instructions, evidence.elements
+        engine.scoring_context().embed, instructions, evidence.elements, in_chrome
     ).double()
     probs = torch.softmax(logits, 0)
     top = torch.topk(logits, min(2, len(logits))).values
@@ -149,14 +165,20 @@ def report(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def template_rows(
-    engine: DecisionEngine, renders: Path, timings: list[dict[str, Any]] | None
+    engine: DecisionEngine,
+    renders: Path,
+    timings: list[dict[str, Any]] | None,
+    splits: tuple[str, ...] = ("tune", "heldout"),
 ) -> list[dict[str, Any]]:
-    """Pixel questions on the real template pages (benchmarks/template_pages.py), by split."""
+    """Pixel questions on the real template pages (benchmarks/template_pages.py) of
+    ``splits``; pages of other splits are never opened."""
     manifest = json.loads((ROOT / "benchmarks/data/template_pages/manifest.json").read_text())
     split = {p["id"]: p["split"] for p in manifest["pages"]}
     targets = json.loads((renders / "targets.json").read_text())
     rows = []
     for page_id, page_targets in sorted(targets.items()):
+        if split.get(page_id, "heldout") not in splits:
+            continue
         png = (renders / f"{page_id}.png").read_bytes()
         if timings is not None:
             engine.vision._cache.clear()
@@ -196,10 +218,26 @@ def main() -> None:
         default=None,
         help="benchmarks/template_pages.py renders (PNGs + targets.json): pixel questions only",
     )
+    parser.add_argument(
+        "--split",
+        choices=("all", "tune", "heldout"),
+        default="all",
+        help="template pages of one split only (with --renders)",
+    )
+    parser.add_argument(
+        "--fit-tune",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fit the pixel calibration on the tune template pages too (with --renders)",
+    )
     parser.add_argument("--latency", action="store_true", help="time end-to-end decisions")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=None, help=f"default {OUT}")
     args = parser.parse_args()
+    if args.out is None:
+        if args.split != "all":
+            raise SystemExit(f"--split {args.split} measures part of the set: pass --out")
+        args.out = OUT
     if find_chromium() is None:
         raise SystemExit("no Chromium: apt-get install chromium")
     if args.threads:
@@ -255,17 +293,20 @@ def main() -> None:
                             }
                         )
     if args.renders is not None:
-        rows += template_rows(engine, args.renders, timings if args.latency else None)
+        splits = ("tune", "heldout") if args.split == "all" else (args.split,)
+        rows += template_rows(engine, args.renders, timings if args.latency else None, splits)
     out: dict[str, Any] = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
         "load_average": os.getloadavg()[0],
         "calibration": {},
+        "fit_on": ["fit", "templates_tune"] if args.fit_tune else ["fit"],
         "results": {},
     }
     groups = ("fit", "fixtures_holdout", "templates_tune", "templates_heldout")
     for source in ("pixels", "dom"):
         mine = [r for r in rows if r["source"] == source]
-        params = fit([r for r in mine if r["group"] == "fit"])
+        fit_groups = {"fit", "templates_tune"} if args.fit_tune else {"fit"}
+        params = fit([r for r in mine if r["group"] in fit_groups])
         calibrated = 1 / (1 + np.exp(-np.clip(features(mine) @ np.array(params), -30, 30)))
         for r, c in zip(mine, calibrated, strict=True):
             r["calibrated"] = float(c)

@@ -238,13 +238,14 @@ def locate(
 
 
 CALIBRATION: dict[str, tuple[float, float]] = {
-    "pixels": (0.3292, 1.6155),
-    "dom": (0.6498, 2.6808),
+    "pixels": (0.4038, 1.7068),
+    "dom": (0.6462, 3.0023),
 }
 """Per evidence source, ``(a, c)`` of ``P(hit) = sigmoid(a·logit(p) + c)`` (Platt scaling),
 where ``p`` is the softmax probability of the best candidate. Fit by logistic regression
-in ``benchmarks/vision_box_calibration.py`` on questions about the fixture pages; its JSON
-has the held-out reliability, and docs/vision.md quotes it."""
+in ``benchmarks/vision_box_calibration.py`` on questions about the fixture pages and (for
+pixels) the tune template pages; its JSON has the held-out reliability, and
+docs/vision.md quotes it."""
 
 
 def hit_probability(p_top: float, source: str = "pixels") -> float:
