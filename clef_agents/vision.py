@@ -155,7 +155,7 @@ class ScreenshotClassifier:
         >>> classifier = ScreenshotClassifier()
         >>> answer = classifier.classify(open("shot.png", "rb").read())   # a sign-in page
         >>> answer.choice, round(answer.probabilities[answer.choice], 2)
-        ('login', 0.88)
+        ('login', 0.85)
     """
 
     def __init__(
