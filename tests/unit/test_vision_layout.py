@@ -228,6 +228,9 @@ def test_an_unread_quantity_box_before_add_to_cart_is_a_field() -> None:
     assert _inside(field.region, quantity)
     assert field.label == "Add to cart"
     assert [e.role for e in elements if e.text == "Add to cart"] == ["button"]
+    # The textual state lists the button once, not again as the field it names.
+    state = ImageEvidence("d", 1280, 800, elements).text()
+    assert "buttons: Add to cart" in state and "fields: Add to cart" not in state
 
 
 def test_a_list_whose_first_item_spans_its_top_is_not_a_titled_card() -> None:

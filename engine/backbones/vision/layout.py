@@ -116,9 +116,12 @@ class ImageEvidence:
             ("field", "fields"),
             ("checkbox", "checkboxes"),
         )
+        # An empty field named only by the button after it (a quantity before "Add to
+        # cart") would list that button's text again, as a field.
+        buttons = {e.text for e in inner if e.role == "button"}
         for role, name in roles:
             texts = [e.text or e.label or "" for e in inner if e.role == role]
-            texts = [t for t in texts if t]
+            texts = [t for t in texts if t and (role != "field" or t not in buttons)]
             if texts:
                 summary.append(f"{name}: " + ", ".join(texts[:12]))
         if summary:
