@@ -13,9 +13,9 @@ separately (untimed).
 The honest numbers come from the real template pages of
 benchmarks/data/template_pages/manifest.json (open-source admin, shop and blog templates
 from npm, rendered by benchmarks/template_pages.py, which runs first when the renders are
-missing): page type, box hit rate and end-to-end latency per split. ``tune`` pages (three
-packages) could be looked at while writing the page-type prototypes; ``heldout`` pages
-(seven other packages) never were. Text-heavy pages are the third of the template pages
+missing): page type, box hit rate and end-to-end latency per split. ``tune`` pages may be
+looked at and tuned on (prototypes, layout rules); ``heldout`` pages never are (the
+manifest says which package is which). Text-heavy pages are the third of the template pages
 with the most OCR lines; their latency is reported on its own.
 
 Run:  python benchmarks/vision_screenshots.py [--repeats 3] [--threads 2]
