@@ -14,15 +14,33 @@ from clef_agents import Choice, DecisionEngine
 ROUTER = Choice(
     instructions="Which queue should this message go to?",
     criteria={
-        "refund": {"description": "the customer wants money back",
-                   "examples": ["I want my money back", "Please refund my order",
-                                "Can I get a refund for this?", "Return the payment to my card"]},
-        "delivery": {"description": "where an order or card is",
-                     "examples": ["Where is my parcel?", "My card has not arrived yet",
-                                  "The package is late", "When will my order be delivered?"]},
-        "account": {"description": "logging in, passwords, profile",
-                    "examples": ["I can't log in", "Reset my password please",
-                                 "How do I change my email address?", "My account is locked"]},
+        "refund": {
+            "description": "the customer wants money back",
+            "examples": [
+                "I want my money back",
+                "Please refund my order",
+                "Can I get a refund for this?",
+                "Return the payment to my card",
+            ],
+        },
+        "delivery": {
+            "description": "where an order or card is",
+            "examples": [
+                "Where is my parcel?",
+                "My card has not arrived yet",
+                "The package is late",
+                "When will my order be delivered?",
+            ],
+        },
+        "account": {
+            "description": "logging in, passwords, profile",
+            "examples": [
+                "I can't log in",
+                "Reset my password please",
+                "How do I change my email address?",
+                "My account is locked",
+            ],
+        },
     },
 )
 
@@ -36,11 +54,18 @@ MESSAGES = [
 def main(engine: DecisionEngine | None = None) -> list[dict[str, Any]]:
     engine = engine or DecisionEngine()
     out = []
-    for result, text in zip(engine.decide_batch(MESSAGES, {"queue": ROUTER}), MESSAGES,
-                            strict=True):
+    for result, text in zip(
+        engine.decide_batch(MESSAGES, {"queue": ROUTER}), MESSAGES, strict=True
+    ):
         answer = result.answers["queue"]
-        out.append({"text": text, "queue": answer.choice,
-                    "probabilities": answer.probabilities, "confidence": answer.confidence})
+        out.append(
+            {
+                "text": text,
+                "queue": answer.choice,
+                "probabilities": answer.probabilities,
+                "confidence": answer.confidence,
+            }
+        )
         print(f"{answer.choice:<9} p={answer.probabilities[answer.choice]:.2f}  {text}")
     return out
 
