@@ -133,7 +133,9 @@ def latency_ab(rounds: int = 5, n: int = 100) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--name", default="default", help="section of the results JSON")
+    parser.add_argument(
+        "--name", default=None, help="section of the results JSON (default, or latency_ab)"
+    )
     parser.add_argument("--model", default=None, help="a model dir (default: the default engine)")
     parser.add_argument("--scorer", default=None, help="DecisionEngine(scorer=...)")
     parser.add_argument("--quantize", default=None, choices=[None, "int8"])
@@ -144,6 +146,7 @@ def main() -> None:
     parser.add_argument("--ten-shot", action="store_true", help="BANKING77 10-shot, seed 0")
     parser.add_argument("--latency-ab", action="store_true", help="only the latency A/B")
     args = parser.parse_args()
+    args.name = args.name or ("latency_ab" if args.latency_ab else "default")
     if args.latency_ab:
         results = json.loads(OUT.read_text()) if OUT.is_file() else {}
         results[args.name] = {"latency_ab": latency_ab(), "machine": machine(),
