@@ -55,7 +55,6 @@ from clef_agents.browser import chromium, find_chromium  # noqa: E402
 from clef_agents.vision import ScreenshotClassifier  # noqa: E402
 from clef_engine import Box, Choice, DecisionEngine  # noqa: E402
 from clef_engine.backbones.vision import dom  # noqa: E402
-from clef_engine.backbones.vision.chrome import chrome  # noqa: E402
 from clef_engine.backbones.vision.images import open_image  # noqa: E402
 from clef_engine.heads import box as box_head  # noqa: E402
 
@@ -106,13 +105,11 @@ def hit(answer: Any, rects: list[tuple[float, ...]], size: tuple[int, int]) -> b
 def raw(engine: DecisionEngine, instructions: str, evidence: Any) -> tuple[float, float]:
     """The best candidate's softmax probability and its logit lead over the second, scored
     as :func:`~clef_engine.heads.box.locate` scores them (page chrome from pixels only)."""
-    in_chrome = (
-        chrome(evidence.elements, evidence.width, evidence.height)
-        if evidence.source == "pixels"
-        else None
-    )
     logits = box_head.candidate_logits(
-        engine.scoring_context().embed, instructions, evidence.elements, in_chrome
+        engine.scoring_context().embed,
+        instructions,
+        evidence.elements,
+        box_head.page_chrome(evidence),
     ).double()
     probs = torch.softmax(logits, 0)
     top = torch.topk(logits, min(2, len(logits))).values

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from clef_engine.backbones.vision.chrome import chrome
 from clef_engine.schema.answers import BoxAnswer, BoxCoords
 
 if TYPE_CHECKING:
@@ -175,8 +174,7 @@ def candidate_logits(
 ) -> torch.Tensor:
     """One logit per element (see the module docstring for the terms).
 
-    ``in_chrome`` marks elements of the page's top bar or sidebar
-    (:func:`~clef_engine.backbones.vision.chrome.chrome`).
+    ``in_chrome`` marks elements of the page's top bar or sidebar (:func:`page_chrome`).
     """
     texts = [instructions, *(describe(e) for e in elements)]
     # ``embed`` is the engine's cached one: a page's candidates are embedded once, however
@@ -192,6 +190,14 @@ def candidate_logits(
     if in_chrome is not None and not set(words(instructions)) & _CHROME_WORDS:
         logits -= CHROME * torch.tensor([float(c) for c in in_chrome])
     return logits
+
+
+def page_chrome(evidence: ImageEvidence) -> list[bool]:
+    """Which of an image's elements are page chrome for box questions: judged from the
+    layout of a screenshot's pixels; a DOM's elements name their own landmarks, so none."""
+    if evidence.source != "pixels":
+        return [False] * len(evidence.elements)
+    return evidence.chrome_flags
 
 
 def locate(
@@ -214,16 +220,7 @@ def locate(
     candidates = [(i, e) for i, ev in enumerate(evidence) for e in ev.elements]
     if not candidates:
         return BoxAnswer(box=None, confidence=None)
-    # A DOM's elements name their own landmarks; chrome is judged from pixels' layout.
-    in_chrome = [
-        c
-        for ev in evidence
-        for c in (
-            chrome(ev.elements, ev.width, ev.height)
-            if ev.source == "pixels"
-            else [False] * len(ev.elements)
-        )
-    ]
+    in_chrome = [c for ev in evidence for c in page_chrome(ev)]
     logits = candidate_logits(embed, instructions, [e for _, e in candidates], in_chrome)
     probs = torch.softmax(logits.double(), dim=0)
     best = int(torch.argmax(probs))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,13 @@ class ImageEvidence:
     """Where the elements came from: ``pixels`` (OCR and controls from a screenshot) or
     ``dom`` (a browser page's own elements); box confidence is calibrated per source."""
 
+    @cached_property
+    def chrome_flags(self) -> list[bool]:
+        """Per element, whether it is page chrome (top bar, left sidebar), judged from the
+        elements' layout by :func:`~clef_engine.backbones.vision.chrome.chrome`; computed
+        once per image, however many questions read it."""
+        return chrome(self.elements, self.width, self.height)
+
     def text(self, label: str = "screenshot") -> str:
         """The textual state: lines in reading order (the main content, then the page
         chrome: top bar and sidebar), then a layout summary of the main content."""
@@ -105,7 +113,7 @@ class ImageEvidence:
         if not self.elements:
             return f"{head}\n(no text found in the image)"
         # The main content first: the menus every page of an app repeats come after it.
-        frame = chrome(self.elements, self.width, self.height)
+        frame = self.chrome_flags
         inner = [e for e, c in zip(self.elements, frame, strict=True) if not c]
         menus = [e.text for e, c in zip(self.elements, frame, strict=True) if e.text and c]
         lines = [head, *(e.text for e in inner if e.text), *menus]
