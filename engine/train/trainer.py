@@ -51,7 +51,7 @@ Example:
     ([1, 2, 3], 1.0)
     >>> sorted(path.name for path in result.directory.iterdir())
     ['adapter', 'config.json', 'head.safetensors', 'training.json']
-    >>> engine = DecisionEngine.from_pretrained("out/banking77")
+    >>> engine = DecisionEngine.from_pretrained(result.directory)  # the local dir written
     >>> engine.head.knows(data.questions["category"])  # answered by the trained head
     True
     >>> answer = engine.decide("I ordered a card two weeks ago and it still hasn't come",
