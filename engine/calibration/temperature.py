@@ -5,8 +5,9 @@ are divided by a temperature ``T`` chosen by the question's type and how many op
 has. One-sided yes/no questions also get a threshold: ``P(yes) = sigmoid((s - b) / T)``.
 
 Buckets are powers of two: ``b1`` = 2 options, ``b2`` = 3..4, ``b3`` = 5..8, ... ``b8`` =
-129..255. A missing key falls back to the nearest bucket of the same type, then to the
-type's default, then to :data:`DEFAULT_TEMPERATURE`.
+129..255. A missing key is interpolated (log-linearly) between the fitted buckets of the same type
+on either side of it, else takes the nearest fitted bucket, then the type's default, then
+:data:`DEFAULT_TEMPERATURE`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,20 @@ def bucket(n_options: int) -> int:
 
 def key(question_type: str, n_options: int) -> str:
     return f"{question_type}/b{bucket(n_options)}"
+
+
+def _between(fitted: dict[int, float], b: int) -> float:
+    """The temperature of missing bucket ``b`` from the fitted ones of its type: log-linear
+    between the nearest fitted buckets on each side, else the nearest one."""
+    lower = [x for x in fitted if x < b]
+    upper = [x for x in fitted if x > b]
+    if lower and upper:
+        lo, hi = max(lower), min(upper)
+        t_lo, t_hi = fitted[lo], fitted[hi]
+        if t_lo > 0 and t_hi > 0:
+            w = (b - lo) / (hi - lo)
+            return math.exp((1 - w) * math.log(t_lo) + w * math.log(t_hi))
+    return fitted[min(fitted, key=lambda x: (abs(x - b), x))]
 
 
 @dataclass
@@ -66,8 +81,7 @@ class Calibrator:
             if k.startswith(f"{question_type}/b")
         }
         if same_type:
-            b = bucket(n_options)
-            return same_type[min(same_type, key=lambda x: (abs(x - b), x))]
+            return _between(same_type, bucket(n_options))
         if question_type in self.temperatures:
             return self.temperatures[question_type]
         if question_type == "score":
@@ -127,11 +141,14 @@ def fit_temperature(
     labels: torch.Tensor | list[int],
     *,
     init: float = 1.0,
+    smoothing: float = 0.0,
 ) -> float:
     """Temperature ``T`` minimising the NLL of ``softmax(logits / T)``.
 
     ``logits`` is ``[N, C]`` or a list of 1-D tensors of varying length (questions with
-    different option counts share one temperature).
+    different option counts share one temperature). ``smoothing`` moves that much of each
+    target's mass evenly over its row's options (label smoothing), so a handful of
+    perfectly separated rows does not drive ``T`` to zero (see :func:`succession_smoothing`).
     """
     with torch.inference_mode(False), torch.enable_grad():
         if isinstance(logits, torch.Tensor):
@@ -155,12 +172,26 @@ def fit_temperature(
             opt.zero_grad()
             scaled = (padded / log_t.exp()).masked_fill(~valid, float("-inf"))
             loss = torch.nn.functional.cross_entropy(scaled, target)
+            if smoothing:
+                logp = torch.log_softmax(scaled, dim=1).masked_fill(~valid, 0.0)
+                spread = -(logp.sum(1) / valid.sum(1)).mean()
+                loss = (1.0 - smoothing) * loss + smoothing * spread
             loss.backward()
             return loss
 
         opt.step(closure)
     value = float(log_t.exp().item())
     return min(max(value, 1e-4), 1e4)
+
+
+def succession_smoothing(n: int, n_classes: int) -> float:
+    """Label smoothing that caps a perfectly separated set's target at ``(n + 1) / (n + 2)``
+    (Laplace's rule of succession): 12 examples all right out of fold are evidence for about
+    93 % accuracy, not 100 %. Vanishes as ``n`` grows (0.0013 for 770 examples, 77 classes).
+    """
+    if n_classes < 2 or n < 0:
+        raise ValueError(f"succession_smoothing needs n >= 0 and 2+ classes; got {n}, {n_classes}")
+    return n_classes / ((n + 2) * (n_classes - 1))
 
 
 def fit_threshold(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:

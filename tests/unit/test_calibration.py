@@ -35,12 +35,15 @@ def test_buckets_are_powers_of_two():
     ]
 
 
-def test_temperature_lookup_falls_back_to_nearest_bucket():
+def test_temperature_lookup_interpolates_or_falls_back_to_nearest_bucket():
     cal = Calibrator({"choice/b1": 0.1, "choice/b7": 0.05, "noul/one_sided": 0.3})
     assert cal.temperature("choice", 2) == 0.1
     assert cal.temperature("choice", 77) == 0.05
-    assert cal.temperature("choice", 255) == 0.05  # b8 missing -> nearest b7
-    assert cal.temperature("choice", 3) == 0.1  # b2 missing -> nearest b1
+    assert cal.temperature("choice", 255) == 0.05  # b8 missing, none above -> nearest b7
+    # b2 missing between b1 and b7: log-linear, 1/6 of the way (not the lower neighbour,
+    # which made a left-out 7-option set take a 3-option temperature: underconfident).
+    assert cal.temperature("choice", 3) == pytest.approx(0.1 ** (5 / 6) * 0.05 ** (1 / 6))
+    assert Calibrator({"choice/b3": 0.2}).temperature("choice", 2) == 0.2  # below: nearest
     assert cal.temperature("score", 5) == cal.temperature("choice", 5)
     assert cal.temperature("noul/one_sided", 2) == 0.3
     assert Calibrator().temperature("choice", 4) == 1.0

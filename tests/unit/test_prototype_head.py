@@ -68,8 +68,9 @@ def test_the_temperature_is_fitted_on_labelled_examples_only(monkeypatch) -> Non
     x, y = torch.cat([x, x * 0.99]), torch.cat([y, y])  # 8 labelled: 2 folds of 4
     seen: list[int] = []
 
-    def spy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    def spy(logits: torch.Tensor, labels: torch.Tensor, smoothing: float) -> float:
         seen.append(len(labels))
+        assert smoothing == pytest.approx(2 / (10 * 1))  # rule of succession, n = 8, 2 classes
         return 1.5
 
     monkeypatch.setattr(prototype, "fit_temperature", spy)
@@ -77,6 +78,21 @@ def test_the_temperature_is_fitted_on_labelled_examples_only(monkeypatch) -> Non
     assert seen == [len(y)]  # out-of-fold logits of the 8 labelled points, not the 100 pseudo
     assert fitted.temperature == 1.5
     assert fitted.n_pseudo == 100
+
+
+def test_a_dozen_cleanly_separated_examples_do_not_claim_certainty() -> None:
+    """12 examples, every one right out of fold: the rule of succession caps the evidence at
+    13/14 = 0.93, so the head answers about that, not p = 1.00 (what an unsmoothed NLL fit
+    gave: its temperature ran to the 1e-4 floor)."""
+    torch.manual_seed(0)
+    centres = torch.eye(3, 16) * 4.0
+    y = torch.arange(3).repeat_interleave(4)
+    x = centres[y] + 0.05 * torch.randn(12, 16)
+    fitted = PrototypeClassifier.fit(x, y, 3, folds=2)
+    top = torch.softmax(fitted.logits(centres), dim=1).max(dim=1).values
+    assert torch.all(top < 0.99), top
+    assert torch.all(top > 0.8), top
+    assert 13 / 14 - 0.05 < float(top.mean()) < 13 / 14 + 0.05
 
 
 def test_each_fold_pseudo_labels_with_a_head_that_never_saw_the_fold(monkeypatch) -> None:
