@@ -304,6 +304,40 @@ def build_server(
     return _draining_server_class()(uv_config, state, cfg.drain_timeout_s, spare), sock
 
 
+HANDSHAKE_GRACE_S = 0.05
+"""After new handshakes are refused, how long those already answered get to complete."""
+
+_SO_ATTACH_FILTER = 26
+# Classic BPF on a TCP socket sees the TCP header at offset 0; byte 13 holds the flags.
+# Drop a segment whose SYN is set and ACK is not (a new connection); pass everything else.
+_DROP_NEW_SYN = (
+    (0x30, 0, 0, 13),  # ldb [13]
+    (0x54, 0, 0, 0x12),  # and #(SYN|ACK)
+    (0x15, 0, 1, 0x02),  # jeq #SYN ? drop : pass
+    (0x06, 0, 0, 0),  # ret #0: drop
+    (0x06, 0, 0, 0xFFFFFFFF),  # ret #-1: pass
+)
+
+
+def refuse_new_handshakes(listener: socket.socket) -> bool:
+    """Make a listening socket ignore new connection attempts (Linux), so that the
+    connections the kernel already accepted can be taken in and none arrives between the
+    last ``accept`` and ``close`` (the kernel would reset it). Their SYNs are dropped, the
+    clients retry, and after the close they are refused. False where this is unavailable:
+    that tiny window stays open."""
+    import ctypes
+    import struct
+
+    code = b"".join(struct.pack("HBBI", *insn) for insn in _DROP_NEW_SYN)
+    buffer = ctypes.create_string_buffer(code)
+    program = struct.pack("HL", len(_DROP_NEW_SYN), ctypes.addressof(buffer))
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, program)
+    except OSError:
+        return False
+    return True
+
+
 def _draining_server_class() -> type[Any]:
     """uvicorn's Server with the drain (built here: uvicorn is an optional dependency)."""
     import uvicorn
@@ -355,6 +389,9 @@ def _draining_server_class() -> type[Any]:
             loop = asyncio.get_running_loop()
             for server in self.servers:
                 server.close()
+            if refuse_new_handshakes(self.spare):
+                # Handshakes already answered may still complete: let their ACKs arrive.
+                await asyncio.sleep(HANDSHAKE_GRACE_S)
             accepted: list[socket.socket] = []
             self.spare.setblocking(False)
             while True:
