@@ -150,7 +150,7 @@ def main(
         "data": str(root),
         "decided": len(traffic),
         "labelled": len(rows),
-        "zero_shot_accuracy_on_labelled": reviewed_correct / len(rows),
+        "accuracy_on_reviewed_least_confident": reviewed_correct / len(rows),
         "held_out": len(held_out),
         "accuracy_before": before,
         "accuracy_after": after,
