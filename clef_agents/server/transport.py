@@ -338,6 +338,21 @@ def refuse_new_handshakes(listener: socket.socket) -> bool:
     return True
 
 
+def take_in_backlog(listener: socket.socket) -> list[socket.socket]:
+    """Every connection waiting in ``listener``'s backlog, then close it: from here on,
+    connecting is refused."""
+    accepted: list[socket.socket] = []
+    listener.setblocking(False)
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:  # BlockingIOError: the backlog is empty
+            break
+        accepted.append(conn)
+    listener.close()
+    return accepted
+
+
 def _draining_server_class() -> type[Any]:
     """uvicorn's Server with the drain (built here: uvicorn is an optional dependency)."""
     import uvicorn
@@ -392,17 +407,7 @@ def _draining_server_class() -> type[Any]:
             if refuse_new_handshakes(self.spare):
                 # Handshakes already answered may still complete: let their ACKs arrive.
                 await asyncio.sleep(HANDSHAKE_GRACE_S)
-            accepted: list[socket.socket] = []
-            self.spare.setblocking(False)
-            while True:
-                try:
-                    conn, _ = self.spare.accept()
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    break
-                accepted.append(conn)
-            self.spare.close()  # from here on, connecting is refused
+            accepted = take_in_backlog(self.spare)
 
             def factory() -> asyncio.Protocol:
                 return self.config.http_protocol_class(  # type: ignore[call-arg,no-any-return]
