@@ -5,9 +5,9 @@ are divided by a temperature ``T`` chosen by the question's type and how many op
 has. One-sided yes/no questions also get a threshold: ``P(yes) = sigmoid((s - b) / T)``.
 
 Buckets are powers of two: ``b1`` = 2 options, ``b2`` = 3..4, ``b3`` = 5..8, ... ``b8`` =
-129..255. A missing key is interpolated (log-linearly) between the fitted buckets of the same type
-on either side of it, else takes the nearest fitted bucket, then the type's default, then
-:data:`DEFAULT_TEMPERATURE`.
+129..255. A missing key is interpolated (log-linearly) between the fitted buckets of the
+same type on either side of it, else takes the nearest fitted bucket, then the type's
+default, then :data:`DEFAULT_TEMPERATURE`.
 """
 
 from __future__ import annotations
