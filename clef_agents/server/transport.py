@@ -15,8 +15,9 @@ Idle keep-alive connections close after ``keep_alive_timeout_s`` (uvicorn's own 
 the body deadline lives in :func:`~clef_agents.server.body.read_body`.
 
 :func:`serve_app` runs the app with these limits and drains on the first SIGTERM/SIGINT:
-it stops accepting (taking in what the kernel had already accepted, so that no
-connection is reset), answers new ``/v1`` requests 503, lets in-flight and queued
+it stops accepting (holding off new handshakes while it takes in what the kernel had
+already accepted, so that the close resets no connection: :func:`refuse_new_handshakes`),
+answers new ``/v1`` requests 503, lets in-flight and queued
 requests finish until ``drain_timeout_s``, answers what remains 503 and exits.
 
 Example:
@@ -304,10 +305,13 @@ def build_server(
     return _draining_server_class()(uv_config, state, cfg.drain_timeout_s, spare), sock
 
 
-HANDSHAKE_GRACE_S = 0.05
-"""After new handshakes are refused, how long those already answered get to complete."""
+HANDSHAKE_WINDOW_S = 0.25
+"""With new handshakes refused, how long the listener keeps taking in connections whose
+handshake was already answered (their last ACK can be a round trip away). A client whose
+ACK takes longer can still be reset; one whose SYN was dropped retries after about 1 s
+and is refused, so a longer window would refuse nobody more."""
 
-_SO_ATTACH_FILTER = 26
+_SO_ATTACH_FILTER, _SO_DETACH_FILTER = 26, 27  # Linux <asm-generic/socket.h>
 # Classic BPF on a TCP socket sees the TCP header at offset 0; byte 13 holds the flags.
 # Drop a segment whose SYN is set and ACK is not (a new connection); pass everything else.
 _DROP_NEW_SYN = (
@@ -321,16 +325,19 @@ _DROP_NEW_SYN = (
 
 def refuse_new_handshakes(listener: socket.socket) -> bool:
     """Make a listening socket ignore new connection attempts (Linux), so that the
-    connections the kernel already accepted can be taken in and none arrives between the
-    last ``accept`` and ``close`` (the kernel would reset it). Their SYNs are dropped, the
-    clients retry, and after the close they are refused. False where this is unavailable:
-    that tiny window stays open."""
+    connections the kernel already accepted can be taken in before it closes, instead of
+    being reset by the close. Their SYNs are dropped, the clients retry, and after the
+    close they are refused. False where socket filters are unavailable (not Linux, or a
+    sandbox without them): then a connection completing just before the close is reset."""
     import ctypes
     import struct
+    import sys
 
+    if not sys.platform.startswith("linux"):
+        return False
     code = b"".join(struct.pack("HBBI", *insn) for insn in _DROP_NEW_SYN)
-    buffer = ctypes.create_string_buffer(code)
-    program = struct.pack("HL", len(_DROP_NEW_SYN), ctypes.addressof(buffer))
+    buffer = ctypes.create_string_buffer(code)  # the kernel copies it during setsockopt
+    program = struct.pack("HP", len(_DROP_NEW_SYN), ctypes.addressof(buffer))
     try:
         listener.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, program)
     except OSError:
@@ -338,19 +345,20 @@ def refuse_new_handshakes(listener: socket.socket) -> bool:
     return True
 
 
-def take_in_backlog(listener: socket.socket) -> list[socket.socket]:
-    """Every connection waiting in ``listener``'s backlog, then close it: from here on,
-    connecting is refused."""
+def accept_pending(listener: socket.socket) -> list[socket.socket]:
+    """Every connection waiting in ``listener``'s backlog now (the listener must be
+    non-blocking), without the listener's socket filter, which an accepted socket inherits."""
     accepted: list[socket.socket] = []
-    listener.setblocking(False)
     while True:
         try:
             conn, _ = listener.accept()
         except OSError:  # BlockingIOError: the backlog is empty
-            break
+            return accepted
+        try:
+            conn.setsockopt(socket.SOL_SOCKET, _SO_DETACH_FILTER, 0)
+        except OSError:
+            pass  # no filter to detach
         accepted.append(conn)
-    listener.close()
-    return accepted
 
 
 def _draining_server_class() -> type[Any]:
@@ -404,11 +412,20 @@ def _draining_server_class() -> type[Any]:
             loop = asyncio.get_running_loop()
             for server in self.servers:
                 server.close()
-            if refuse_new_handshakes(self.spare):
-                # Handshakes already answered may still complete: let their ACKs arrive.
-                await asyncio.sleep(HANDSHAKE_GRACE_S)
-            accepted = take_in_backlog(self.spare)
+            self.spare.setblocking(False)
+            refusing = refuse_new_handshakes(self.spare)
+            deadline = loop.time() + (
+                min(HANDSHAKE_WINDOW_S, self.drain_timeout_s) if refusing else 0.0
+            )
+            while True:
+                for conn in accept_pending(self.spare):
+                    await self._take(conn)
+                if loop.time() >= deadline:
+                    break
+                await asyncio.sleep(0.01)
+            self.spare.close()  # from here on, connecting is refused
 
+        async def _take(self, conn: socket.socket) -> None:
             def factory() -> asyncio.Protocol:
                 return self.config.http_protocol_class(  # type: ignore[call-arg,no-any-return]
                     config=self.config,
@@ -416,11 +433,10 @@ def _draining_server_class() -> type[Any]:
                     app_state=self.lifespan.state,
                 )
 
-            for conn in accepted:
-                conn.setblocking(False)
-                try:
-                    await loop.connect_accepted_socket(factory, conn)
-                except OSError:
-                    conn.close()
+            conn.setblocking(False)
+            try:
+                await asyncio.get_running_loop().connect_accepted_socket(factory, conn)
+            except OSError:
+                conn.close()
 
     return _DrainingServer

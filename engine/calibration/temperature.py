@@ -188,6 +188,8 @@ def succession_smoothing(n: int, n_classes: int) -> float:
     """Label smoothing that caps a perfectly separated set's target at ``(n + 1) / (n + 2)``
     (Laplace's rule of succession): 12 examples all right out of fold are evidence for about
     93 % accuracy, not 100 %. Vanishes as ``n`` grows (0.0013 for 770 examples, 77 classes).
+    On sets that are not separated it pulls slightly further towards ``1 / C`` than the rule
+    would (12 examples, 6 right, 3 classes: 0.482 where ``(k + 1) / (n + 2)`` is 0.5).
     """
     if n_classes < 2 or n < 0:
         raise ValueError(f"succession_smoothing needs n >= 0 and 2+ classes; got {n}, {n_classes}")

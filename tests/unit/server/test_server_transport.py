@@ -20,7 +20,7 @@ import pytest
 
 from clef_agents.fake import FakeEngine
 from clef_agents.server import ServerConfig, create_app
-from clef_agents.server.transport import build_server, refuse_new_handshakes
+from clef_agents.server.transport import accept_pending, build_server, refuse_new_handshakes
 
 REQUEST = {
     "model": "jev-latest",
@@ -216,17 +216,20 @@ def test_a_draining_listener_lets_no_new_handshake_complete() -> None:
     listener = socket.create_server(("127.0.0.1", 0), backlog=8)
     early = socket.create_connection(listener.getsockname(), timeout=2)
     try:
-        assert refuse_new_handshakes(listener)
+        if not refuse_new_handshakes(listener):
+            pytest.skip("this kernel has no TCP socket filters (a sandbox such as gVisor)")
         late = socket.socket()
         late.settimeout(0.3)
         with pytest.raises(TimeoutError):
             late.connect(listener.getsockname())
         late.close()
-        listener.settimeout(2)
-        conn, _ = listener.accept()  # the earlier connection is still there to take in
+        listener.setblocking(False)
+        taken = accept_pending(listener)  # the earlier connection is still there to take in
+        assert len(taken) == 1
+        taken[0].setblocking(True)
         early.sendall(b"ping")
-        assert conn.recv(4) == b"ping"
-        conn.close()
+        assert taken[0].recv(4) == b"ping"
+        taken[0].close()
     finally:
         early.close()
         listener.close()
