@@ -99,10 +99,11 @@ _DOUBLE = re.compile(r"(.)\1")
 def _matches(word: str, have: list[str], joined: str) -> bool:
     if word in joined:  # also inside words OCR ran together ("sendresetlink")
         return True
+    single = _DOUBLE.sub(r"\1", word)
     for h in have:
         # OCR drops one of two equal letters ("Ad to cart") and cuts a word short at
         # the end of a box ("Back to dash", "Save chang").
-        if _DOUBLE.sub(r"\1", h) == _DOUBLE.sub(r"\1", word):
+        if _DOUBLE.sub(r"\1", h) == single:
             return True
         if len(h) >= 4 and word.startswith(h) and len(h) >= 0.4 * len(word):
             return True

@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -180,6 +181,19 @@ def _describe(array: np.ndarray, rect: Rect) -> Control:
     return Control(rect, bordered, uniform, (int(fill[0]), int(fill[1]), int(fill[2])))
 
 
+def _holds_a_control(c: Control, controls: Sequence[Control]) -> bool:
+    """Whether ``c`` contains a smaller control-sized rectangle. (A letter's bowl, "o" in
+    a title, is a rectangle too small to be a control.)"""
+    return any(
+        o.box != c.box
+        and c.contains(o.box, slack=0.0)
+        and o.height < c.height
+        and o.width >= 24
+        and o.height >= 16
+        for o in controls
+    )
+
+
 def _light(fill: tuple[int, int, int]) -> bool:
     """A white or pale grey fill (a card's header band), not a coloured button."""
     return min(fill) >= 200 and max(fill) - min(fill) <= 24
@@ -196,16 +210,7 @@ def _mark_sections(controls: list[Control], panels: list[Rect]) -> list[Control]
     for c in controls:
         left, top, right, bottom = c.box
         section = None
-        # (A letter's bowl, "o" in a title, is a rectangle too small to be a control.)
-        holds = any(
-            o.box != c.box
-            and c.contains(o.box, slack=0.0)
-            and o.height < c.height
-            and o.width >= 24
-            and o.height >= 16
-            for o in controls
-        )
-        if _light(c.fill) and not holds:
+        if _light(c.fill) and not _holds_a_control(c, controls):
             for o in boxes:
                 if c.height > 0.45 * (o[3] - o[1]):
                     continue

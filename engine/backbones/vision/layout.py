@@ -163,6 +163,11 @@ def _fill_colour(array: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarra
     return np.array([top_colour >> 16, (top_colour >> 8) & 255, top_colour & 255], dtype=np.int32)
 
 
+def _pale(control: Control) -> bool:
+    """A white or light grey fill (a field's or a plain button's), by its channel sum."""
+    return sum(control.fill) >= 3 * 225
+
+
 def _close(pixels: np.ndarray, colour: np.ndarray) -> np.ndarray:
     """Mask of ``pixels`` (uint8 RGB) within the colour tolerance of ``colour``."""
     diff = np.abs(pixels.astype(np.int16) - colour.astype(np.int16))
@@ -248,7 +253,7 @@ def _ink_span(array: np.ndarray, rect: tuple[int, int, int, int], box: Box4) -> 
         return box[0], box[2]
     band = array[y0:y1, x0:x1]
     fill = _fill_colour(array, (x0, y0, x1, y1))
-    cols = np.nonzero((np.abs(band.astype(np.int32) - fill).sum(axis=-1) > _TOLERANCE).any(0))[0]
+    cols = np.nonzero((~_close(band, fill)).any(0))[0]
     gap = max(12.0, 1.5 * (box[3] - box[1]))
     lo, hi = box[0] - x0, box[2] - x0
     for c in cols[cols < lo][::-1]:
@@ -266,12 +271,12 @@ def _role(
     box: Box4,
     rect: tuple[int, int, int, int] | None,
     page_width: int,
+    array: np.ndarray,
     max_ratio: float = 2.5,
-    array: np.ndarray | None = None,
 ) -> str | None:
     """``button`` or ``field`` for text in ``rect``, or ``None`` (not a control): a
-    control is at most ``max_ratio`` times as tall as its text. Given the image
-    ``array``, whether the text is centred is judged from the ink around it."""
+    control is at most ``max_ratio`` times as tall as its text. Whether the text is
+    centred is judged from the ink around it in the image ``array``."""
     if rect is None:
         return None
     left, top, right, bottom = box
@@ -283,9 +288,8 @@ def _role(
     # Controls centre their text vertically; a label boxed in by neighbours does not.
     if abs((top - r_top) - (r_bottom - bottom)) > 0.35 * rect_h:
         return None
-    if array is not None:
-        left, right = _ink_span(array, rect, box)
-        text_w = right - left
+    left, right = _ink_span(array, rect, box)
+    text_w = right - left
     offset = ((left + right) / 2.0 - (r_left + r_right) / 2.0) / max(rect_w, 1.0)
     if abs(offset) <= 0.12:
         return "button"
@@ -359,12 +363,12 @@ def _control_for(
             continue
         # A rectangle found from its edges is a control; small placeholder text in a
         # tall input (0.8 rem in 50 px) is still its text.
-        role = _role(box, control.box, page_width, max_ratio=3.5, array=array)
+        role = _role(box, control.box, page_width, array, max_ratio=3.5)
         if (
             role is None
             and control.width <= 0.7 * page_width
             and box[0] - control.box[0] < 0.25 * control.width  # left-aligned
-            and _empty_control_role(control, sum(control.fill) >= 675) == "field"
+            and _empty_control_role(control, _pale(control)) == "field"
         ):
             role = "field"
         if role is None:
@@ -436,12 +440,11 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
             continue
         text_h = ibox[3] - ibox[1]
         found = _control_for(line.box, controls, width, array)
-        section = next((c for c in sections if c.contains(line.box)), None)
         role: str | None
         if found is not None:
             rect, role = found
             used.add(rect)
-        elif section is not None:
+        elif (section := next((c for c in sections if c.contains(line.box)), None)) is not None:
             # Text in a card's header band is the card's title (a footer's, plain text).
             used.add(section.box)
             rect, role = None, "heading" if section.section == "top" else None
@@ -449,7 +452,7 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
             rect = _enclosing_rect(  # type: ignore[assignment]
                 array, ibox, vcap=max(6, int(1.2 * text_h)), hcap=int(0.6 * width)
             )
-            role = _role(line.box, rect, width, array=array)  # type: ignore[assignment]
+            role = _role(line.box, rect, width, array)  # type: ignore[assignment]
         region: Box4 = tuple(float(v) for v in rect) if role and rect else line.box  # type: ignore[assignment]
         if role is None:
             role = "heading" if text_h >= _HEADING_RATIO * median_h else "text"
@@ -457,7 +460,7 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
     for control in controls:
         if control.box in used:
             continue
-        role = _empty_control_role(control, sum(control.fill) >= 3 * 225)
+        role = _empty_control_role(control, _pale(control))
         if role is None and _before_button(control, elements):
             role = "field"
         if role is None:
@@ -499,7 +502,7 @@ def _before_button(control: Control, elements: Sequence[Element]) -> bool:
     h, w = control.height, control.width
     if control.grid or control.section or not control.uniform or not 18 <= h <= 80:
         return False
-    if w < 1.15 * h or not (control.bordered or sum(control.fill) >= 3 * 225):
+    if w < 1.15 * h or not (control.bordered or _pale(control)):
         return False
     for e in elements:
         if e.role != "button":
