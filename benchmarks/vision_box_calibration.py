@@ -51,6 +51,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.template_pages import load_manifest  # noqa: E402
 from clef_agents.browser import chromium, find_chromium  # noqa: E402
 from clef_agents.vision import ScreenshotClassifier  # noqa: E402
 from clef_engine import Box, Choice, DecisionEngine  # noqa: E402
@@ -169,8 +170,7 @@ def template_rows(
 ) -> list[dict[str, Any]]:
     """Pixel questions on the real template pages (benchmarks/template_pages.py) of
     ``splits``; pages of other splits are never opened."""
-    manifest = json.loads((ROOT / "benchmarks/data/template_pages/manifest.json").read_text())
-    split = {p["id"]: p["split"] for p in manifest["pages"]}
+    split = {p["id"]: p["split"] for p in load_manifest()["pages"]}
     targets = json.loads((renders / "targets.json").read_text())
     rows = []
     for page_id, page_targets in sorted(targets.items()):
@@ -292,17 +292,17 @@ def main() -> None:
     if args.renders is not None:
         splits = ("tune", "heldout") if args.split == "all" else (args.split,)
         rows += template_rows(engine, args.renders, timings if args.latency else None, splits)
+    fit_groups = {"fit", "templates_tune"} if args.fit_tune else {"fit"}
     out: dict[str, Any] = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
         "load_average": os.getloadavg()[0],
         "calibration": {},
-        "fit_on": ["fit", "templates_tune"] if args.fit_tune else ["fit"],
+        "fit_on": sorted(fit_groups),
         "results": {},
     }
     groups = ("fit", "fixtures_holdout", "templates_tune", "templates_heldout")
     for source in ("pixels", "dom"):
         mine = [r for r in rows if r["source"] == source]
-        fit_groups = {"fit", "templates_tune"} if args.fit_tune else {"fit"}
         params = fit([r for r in mine if r["group"] in fit_groups])
         calibrated = 1 / (1 + np.exp(-np.clip(features(mine) @ np.array(params), -30, 30)))
         for r, c in zip(mine, calibrated, strict=True):

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.template_pages import DATA as TEMPLATE_DATA  # noqa: E402
-from benchmarks.template_pages import load_manifest  # noqa: E402
+from benchmarks.template_pages import load_manifest, select  # noqa: E402
 from benchmarks.template_pages import render as render_templates  # noqa: E402
 from clef_agents.browser import Target, find_chromium, render_files  # noqa: E402
 from clef_agents.vision import ScreenshotClassifier  # noqa: E402
@@ -96,9 +96,7 @@ def template_set(
         render_templates(manifest, Path("/tmp/clef-templates"), renders)
     boxes = json.loads(targets_file.read_text())
     rows = []
-    for spec in manifest["pages"]:
-        if spec["split"] not in splits:
-            continue
+    for spec in select(manifest, split=None if split == "all" else split):
         png = (renders / f"{spec['id']}.png").read_bytes()
         ref = open_image(png, "state")
         times, answer = [], None
