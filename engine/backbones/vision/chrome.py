@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from clef_engine.backbones.vision.reading_order import empty_bands
+
 if TYPE_CHECKING:
     from clef_engine.backbones.vision.layout import Element
 
@@ -53,16 +55,15 @@ def chrome(elements: Sequence[Element], width: int, height: int) -> list[bool]:
         for i in top:
             out[i] = True
     rest = [(i, e) for i, e in enumerate(elements) if not out[i]]
-    spans = sorted((e.region[0], e.region[2]) for _, e in rest)
-    if not spans:
-        return out
-    reach = spans[0][1]
-    cut = None
-    for start, end in spans[1:]:
-        if start > reach and SIDEBAR[0] * width <= reach and start <= SIDEBAR[1] * width:
-            cut = (start + reach) / 2.0
-            break
-        reach = max(reach, end)
+    bands = empty_bands([(e.region[0], e.region[2]) for _, e in rest])
+    cut = next(
+        (
+            (start + reach) / 2.0
+            for reach, start in bands
+            if SIDEBAR[0] * width <= reach and start <= SIDEBAR[1] * width
+        ),
+        None,
+    )
     if cut is None:
         return out
     left = [(i, e) for i, e in rest if e.region[2] <= cut]

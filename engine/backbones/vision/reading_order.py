@@ -41,17 +41,24 @@ def _rows(elements: Sequence[Element]) -> list[Element]:
     return [e for row in rows for e in sorted(row, key=lambda e: e.box[0])]
 
 
+def empty_bands(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``(reach, start)`` of every empty band between the ``(start, end)`` spans along one
+    axis, in order: nothing covers the band from ``reach`` up to ``start``."""
+    ordered = sorted(spans)
+    out = []
+    reach = ordered[0][1] if ordered else 0.0
+    for start, end in ordered[1:]:
+        if start > reach:
+            out.append((reach, start))
+        reach = max(reach, end)
+    return out
+
+
 def _gaps(elements: Sequence[Element], axis: int) -> list[tuple[float, float]]:
     """``(size, position)`` of every empty band across ``elements`` along ``axis`` (0: a
     vertical band, between columns; 1: a horizontal one, between blocks), in order."""
-    spans = sorted((e.box[axis], e.box[axis + 2]) for e in elements)
-    out = []
-    reach = spans[0][1]
-    for start, end in spans[1:]:
-        if start > reach:
-            out.append((start - reach, (start + reach) / 2.0))
-        reach = max(reach, end)
-    return out
+    bands = empty_bands([(e.box[axis], e.box[axis + 2]) for e in elements])
+    return [(start - reach, (start + reach) / 2.0) for reach, start in bands]
 
 
 def _same_row(a: Element, b: Element) -> bool:
