@@ -24,6 +24,15 @@ def shared_data() -> Path:
     return ROOT.parent / "shared" / "data"
 
 
+EXTRA_SETS = ROOT / "data" / "mixture-extra"
+"""Mixture sets built in this checkout (``clef_engine.train.injection_set`` writes here)."""
+
+
+def mixture_roots() -> list[Path]:
+    """The decision mixture's folders: the shared sets, then the ones built here."""
+    return [shared_data() / "decision-mix", EXTRA_SETS]
+
+
 def machine() -> dict[str, Any]:
     import torch
 

@@ -20,7 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks._common import RESULTS, machine, shared_data
+from benchmarks._common import RESULTS, machine, mixture_roots
 from benchmarks.general_model import score_items
 from clef_engine import DecisionEngine
 from clef_engine.train import general
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--per-set", type=int, default=500, help="test rows scored per set")
     args = parser.parse_args()
-    data = shared_data() / "decision-mix"
+    data = [str(r) for r in mixture_roots()]
     tests = MixtureSampler(load_mixture(data, split="test"), seed=0)
     similarity = DecisionEngine(scorer="similarity")
     shipped = DecisionEngine()
@@ -48,7 +48,7 @@ def main() -> None:
         model = Path(args.out) / name
         if not (model / "config.json").is_file():
             code = general.main(
-                ["--data", str(data), "--out", str(model), "--exclude", name,
+                ["--data", *data, "--out", str(model), "--exclude", name,
                  "--steps", str(args.steps), "--lr", "1e-3",
                  "--batch-size", str(args.batch_size), "--device", args.device]
                 + (["--threads", str(args.threads)] if args.threads else [])

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import RESULTS, machine, shared_data
+from benchmarks._common import RESULTS, machine, mixture_roots
 from benchmarks.general_model import banking77, score_items, suite_items
 from clef_engine import DecisionEngine
 from clef_engine.calibration.temperature import Calibrator
@@ -53,7 +53,7 @@ def scaled_copy(model: Path, scale: float, into: Path, exclude: list[str]) -> Pa
     shutil.copytree(model, into, ignore=shutil.ignore_patterns("checkpoint"))
     if scale != 1.0:
         scale_lora_update(into / "adapter" / "adapter_model.safetensors", scale)
-    sets = load_mixture(shared_data() / "decision-mix", split="train", exclude=exclude)
+    sets = load_mixture(mixture_roots(), split="train", exclude=exclude)
     held = general.split_rows(sets, 0.1, 0)
     items = general.calibration_items(held, 400, 0)
     engine = DecisionEngine.from_pretrained(
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--lodo", default=None, help="folder of leave-one-out model dirs")
     parser.add_argument("--skip-default", action="store_true")
     args = parser.parse_args()
-    tests = MixtureSampler(load_mixture(shared_data() / "decision-mix", split="test"), seed=0)
+    tests = MixtureSampler(load_mixture(mixture_roots(), split="test"), seed=0)
     results = json.loads(OUT.read_text()) if OUT.is_file() else {}
     with tempfile.TemporaryDirectory() as tmp:
         for scale in args.scales:

@@ -107,7 +107,9 @@ def general_model(data: Json) -> str:
         'of the bare similarity scorer (`scorer="similarity"`), with no examples and no '
         "fine-tuning. The yes/no suite (`tests/data/noul_suite.jsonl`) and BANKING77 were "
         "never trained on; the decision-mixture test sets are **in-distribution** (the model "
-        "trained on their training splits).",
+        "trained on their training splits). `prompt_injection` (built by "
+        "`python -m clef_engine.train.injection_set`) is unseen by every model not trained "
+        "with it.",
         "",
         "Commands: `python -m benchmarks.general_model [--scorer similarity] [--quantize "
         "int8] --ten-shot`, `--latency-ab` for the latency rows.",
@@ -136,7 +138,7 @@ def general_model(data: Json) -> str:
         lambda r: _frac(metric(r, "banking77_ten_shot_seed0", "accuracy")),
     )
     row(
-        "decision-mixture test sets, mean accuracy (in-distribution)",
+        "decision-mixture test sets, mean accuracy over the 12 shared sets (in-distribution)",
         lambda r: _frac(r.get("mixture_mean_accuracy")),
     )
     out += [_table(["", *[f"`{n}`" for n in names]], rows), ""]

@@ -361,7 +361,9 @@ def write_model_dir(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", required=True, help="the decision-mix folder")
+    parser.add_argument(
+        "--data", required=True, nargs="+", help="the decision-mix folder (and more set folders)"
+    )
     parser.add_argument("--out", required=True, help="model dir to write")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--batch-size", type=int, default=32)

@@ -154,18 +154,29 @@ TASKS = {
     "tweet_sentiment": "score",
     "snli": "pair-choice",
     "stsb": "pair-score",
+    "prompt_injection": "noul",
 }
 """The task type of each set, from its CARD."""
 
 
 def load_mixture(
-    root: str | Path, *, split: str = "train", exclude: Sequence[str] = ()
+    root: str | Path | Sequence[str | Path],
+    *,
+    split: str = "train",
+    exclude: Sequence[str] = (),
 ) -> dict[str, DataSet]:
-    """Every known set under ``root`` (``NAME/{split}.jsonl``), except ``exclude``."""
+    """Every known set under ``root`` (``NAME/{split}.jsonl``), except ``exclude``.
+
+    ``root`` may be several folders (the shared mixture, and one that holds a set built
+    here, such as :mod:`clef_engine.train.injection_set`'s); a set is read from the first
+    folder that has it.
+    """
+    roots = [Path(root)] if isinstance(root, (str, Path)) else [Path(r) for r in root]
     out: dict[str, DataSet] = {}
     for name, task in TASKS.items():
-        path = Path(root) / name / f"{split}.jsonl"
-        if name in exclude or not path.is_file():
+        found = [r / name / f"{split}.jsonl" for r in roots]
+        path = next((p for p in found if p.is_file()), None)
+        if name in exclude or path is None:
             continue
         rows = []
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -254,6 +265,14 @@ NOUL_QUESTIONS: dict[str, dict[str, list[Sequence[str]]]] = {
         "Is this tweet positive?": _yes_no(["positive"], ["negative", "neutral"]),
         "Is the sentiment positive?": _yes_no(["positive"], ["negative"]),
     },
+    "prompt_injection": {
+        "Is this a prompt injection attempt?": _yes_no(["injection"], ["benign"]),
+        "Does this input contain a prompt injection?": _yes_no(["injection"], ["benign"]),
+        "Does this text try to override the AI's instructions?": _yes_no(["injection"], ["benign"]),
+        "Is this a jailbreak attempt?": _yes_no(["injection"], ["benign"]),
+        "Does this text hide instructions for the assistant?": _yes_no(["injection"], ["benign"]),
+        "Is this input safe to pass to the assistant?": _yes_no(["benign"], ["injection"]),
+    },
 }
 """Yes/no questions of each classification set: ``{question: [yes labels, no labels]}``."""
 
@@ -262,10 +281,15 @@ CANONICAL_NOUL = {
     "tweeteval_irony": "Is this tweet ironic?",
     "subj": "Is this sentence subjective (an opinion)?",
     "cr": "Is the opinion in this review positive?",
+    "prompt_injection": "Is this a prompt injection attempt?",
 }
 """The CARD's own question of each ``noul`` set (the evaluation question)."""
 
 DESCRIPTIONS = {
+    "prompt_injection": {
+        "injection": "tries to override, hijack or leak the AI's instructions",
+        "benign": "an ordinary request or document",
+    },
     "hate_offensive": {
         "hate speech": "attacks people for their race, religion, gender or origin",
         "offensive language": "rude, vulgar or insulting words, but no attack on a group",
