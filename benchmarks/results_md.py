@@ -109,10 +109,16 @@ def general_model(data: Json) -> str:
         "never trained on; the decision-mixture test sets are **in-distribution** (the model "
         "trained on their training splits). `prompt_injection` (built by "
         "`python -m clef_engine.train.injection_set`) is unseen by every model not trained "
-        "with it.",
+        "with it; `general_with_prompt_injection_not_shipped` was trained and tested on the "
+        "set's first version (before Do-Not-Answer's questions to the assistant joined its "
+        "benign side), every other `prompt_injection` cell on the current one. Columns named "
+        "`seed1` repeat a recipe with seed 1 (the others use seed 0): the gap between a "
+        "recipe's two seeds is run-to-run noise.",
         "",
         "Commands: `python -m benchmarks.general_model [--scorer similarity] [--quantize "
-        "int8] --ten-shot`, `--latency-ab` for the latency rows.",
+        "int8] --ten-shot`, `--latency-ab` for the latency rows; `--model DIR --name NAME` for "
+        "a trained model dir (the `_not_shipped` columns; their training commands are in "
+        "`engine/data/general/MODEL_CARD.md`).",
         "",
     ]
     names = list(scored)
