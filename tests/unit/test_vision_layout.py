@@ -6,12 +6,21 @@ exercise the layout analysis alone: no OCR model runs.
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from clef_engine.backbones.vision.controls import find_controls
-from clef_engine.backbones.vision.layout import Element, ImageEvidence, analyse, reading_order
+from clef_engine.backbones.vision.layout import (
+    Element,
+    ImageEvidence,
+    analyse,
+    http_status,
+    read_placeholders,
+    reading_order,
+)
 from clef_engine.backbones.vision.ocr import OcrLine
 
 pytest.importorskip("cv2")
@@ -248,3 +257,71 @@ def test_a_list_whose_first_item_spans_its_top_is_not_a_titled_card() -> None:
     roles = {e.text: e.role for e in analyse(img, lines)}
     assert roles["a snippet of the page that matched the query"] == "text", roles
     assert roles["and its second line"] == "text", roles
+
+
+def test_an_input_group_icon_and_its_input_are_not_table_cells() -> None:
+    # Bootstrap's input group: a grey square with the user icon, stuck to the input box.
+    img = Image.new("RGB", (800, 300), "white")
+    d = ImageDraw.Draw(img)
+    lines = [_text(d, (120, 40), "Sign in to your account", 18, fill="#334155")]
+    d.rectangle((120, 100, 420, 140), outline="#c8ced3")
+    d.rectangle((121, 101, 160, 139), fill="#f0f3f5")
+    d.line((161, 100, 161, 140), fill="#c8ced3")
+    elements = analyse(img, lines)
+    fields = [e for e in elements if e.role == "field"]
+    assert len(fields) == 1, elements
+    left, top, right, bottom = fields[0].region
+    assert 155 <= left <= 170 and right >= 410 and top <= 104 and bottom >= 136
+    assert not [e for e in elements if e.role == "checkbox"]  # the icon's square is no box
+
+
+def test_a_material_input_is_its_underline_not_only_its_placeholder() -> None:
+    img = Image.new("RGB", (800, 300), "white")
+    d = ImageDraw.Draw(img)
+    user = _text(d, (200, 60), "Username", 16, fill="#999999")
+    d.line((200, user.box[3] - 2, 560, user.box[3] - 2), fill="#dddddd")  # the input's rule
+    link = _text(d, (200, 150), "Forgot password?", 16, fill="#2563eb")
+    d.line((link.box[0] + 2, link.box[3] - 3, link.box[2] - 2, link.box[3] - 3), fill="#2563eb")
+    title = _text(d, (220, 220), "Recent activity", 16, fill="#111111")
+    d.line((180, title.box[3] + 2, 620, title.box[3] + 2), fill="#e5e7eb")  # a card's rule
+    roles = {e.text: (e.role, e.region) for e in analyse(img, [user, link, title])}
+    role, (left, _, right, bottom) = roles["Username"]
+    assert role == "field" and left >= 196 and right >= 555 and bottom >= user.box[3] - 2
+    assert roles["Forgot password?"][0] == "text"  # a link's underline ends with its text
+    assert roles["Recent activity"][0] != "field"  # a rule from the card's edge is no input
+
+
+def _headline(text: str, top: float, h: float) -> Element:
+    box = (100.0, top, 100.0 + 0.6 * h * len(text), top + h)
+    return Element(text, box, box, "heading", 0.99)
+
+
+def test_an_error_code_headline_names_its_http_status() -> None:
+    page = [_headline("503", 100, 90), _headline("Be right back.", 220, 30)]
+    assert http_status(page) == HTTPStatus.SERVICE_UNAVAILABLE
+    state = ImageEvidence("d", 1280, 800, page).text()
+    assert "HTTP status: 503 Service Unavailable" in state
+    assert http_status([_headline("Error 404", 100, 60)]) == HTTPStatus.NOT_FOUND
+    # A figure that is not the page's largest text, or digits no status has, are not one.
+    assert http_status([_headline("Revenue", 100, 60), _headline("404", 200, 30)]) is None
+    assert http_status([_headline("499", 100, 60)]) is None
+    assert "HTTP status" not in ImageEvidence("d", 1280, 800, [_headline("2024", 9, 90)]).text()
+
+
+def test_an_empty_field_gets_the_faint_placeholder_its_reader_finds() -> None:
+    class Reader:
+        def __init__(self) -> None:
+            self.asked: list[tuple[int, int, int, int]] = []
+
+        def read_faint(self, image: Image.Image, rects: list) -> list[OcrLine | None]:
+            self.asked.extend(rects)
+            return [OcrLine("Username", (130.0, 110.0, 200.0, 130.0), 0.9)]
+
+    field = Element("", (120.0, 100.0, 520.0, 140.0), (120.0, 100.0, 520.0, 140.0), "field")
+    title = Element("Sign in", (120.0, 40.0, 200.0, 64.0), (120.0, 40.0, 200.0, 64.0), "heading")
+    reader = Reader()
+    out = read_placeholders(reader, Image.new("RGB", (800, 300), "white"), [title, field])
+    assert reader.asked == [(120, 100, 520, 140)]  # only the empty field is read again
+    assert out[0] is title and out[1].text == "Username" and out[1].region == field.region
+    # A reader without ``read_faint`` (another OCR engine) leaves the elements as they are.
+    assert read_placeholders(object(), Image.new("RGB", (8, 8)), [field]) == [field]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from clef_engine.backbones.vision.ocr import RapidOcr, ink_regions
+from clef_engine.backbones.vision.ocr import RapidOcr, faint_crop, ink_regions
 
 pytest.importorskip("cv2")
 
@@ -54,3 +54,36 @@ def test_second_pass_reads_the_caption_the_small_copy_missed() -> None:
     }
     assert "stars" not in texts[False]  # what the first pass alone loses
     assert "stars" in texts[True] and "Trailhead" in texts[True]
+
+
+FIELD = (120, 100, 520, 140)
+
+
+def faint_form() -> Image.Image:
+    """An input whose placeholder is 28 grey levels off white (#e3e3e3), and an empty one."""
+    img = Image.new("RGB", (800, 300), "white")
+    d = ImageDraw.Draw(img)
+    d.text((120, 40), "Sign in", fill="#111111", font=ImageFont.load_default(24))
+    d.rectangle(FIELD, outline="#c8ced3")
+    d.text((134, 110), "Username", fill="#e3e3e3", font=ImageFont.load_default(16))
+    d.rectangle((120, 180, 520, 220), outline="#c8ced3")
+    return img
+
+
+def test_faint_crop_stretches_the_placeholder_to_full_contrast() -> None:
+    array = np.asarray(faint_form())
+    found = faint_crop(array, FIELD)
+    assert found is not None
+    crop, (left, top, right, bottom) = found
+    assert crop.min() == 0 and crop.max() == 255  # the faint ink is now black on white
+    assert FIELD[0] < left < 140 and FIELD[1] < top and bottom < FIELD[3] and right < 230
+    assert faint_crop(array, (120, 180, 520, 220)) is None  # no ink: nothing to read
+
+
+def test_read_faint_reads_the_placeholder_of_an_input() -> None:
+    pytest.importorskip("rapidocr_onnxruntime")
+    ocr = RapidOcr(threads=1)
+    img = faint_form()
+    read, empty = ocr.read_faint(img, [FIELD, (120, 180, 520, 220)])
+    assert read is not None and read.text == "Username", read
+    assert empty is None

@@ -228,7 +228,9 @@ def _mark_sections(controls: list[Control], panels: list[Rect]) -> list[Control]
 
 def _mark_grid(controls: list[Control]) -> list[Control]:
     """Flag table cells (a side shared with a same-sized neighbour, the border between them
-    a few pixels thick) and the rows and tables that hold them (two or more inside)."""
+    a few pixels thick) and the rows and tables that hold them (two or more inside). A
+    wide box whose only such neighbour is a square cell at its side is an input with its
+    icon (an input group), not a cell; the icon cell is still flagged."""
     out = []
     near = 6
     for c in controls:
@@ -246,11 +248,19 @@ def _mark_grid(controls: list[Control]) -> list[Control]:
             touch_h = abs(r1 - l2) <= near or abs(r2 - l1) <= near
             touch_v = abs(b1 - t2) <= near or abs(b2 - t1) <= near
             inside += l1 <= l2 and t1 <= t2 and r2 <= r1 and b2 <= b1
+            if same_row and touch_h and _addon_of(o, c):
+                continue  # an input group's icon: the input is still an input
             if (same_row and touch_h) or (same_col and touch_v) or inside >= 2:
                 grid = True
                 break
         out.append(c if not grid else replace(c, grid=True))
     return out
+
+
+def _addon_of(addon: Control, c: Control) -> bool:
+    """Whether ``addon`` is the icon or text cell stuck to the side of the input ``c``
+    (Bootstrap's input group: a square with a user icon, then the username box)."""
+    return addon.width <= 1.6 * addon.height and c.width >= 3 * c.height and c.height <= 80
 
 
 def find_controls(array: np.ndarray) -> list[Control]:

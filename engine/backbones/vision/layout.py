@@ -19,9 +19,11 @@ as text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from http import HTTPStatus
 from typing import Any
 
 import numpy as np
@@ -132,6 +134,9 @@ class ImageEvidence:
             texts = [t for t in texts if t and (role != "field" or t not in buttons)]
             if texts:
                 summary.append(f"{name}: " + ", ".join(texts[:12]))
+        status = http_status(inner)
+        if status is not None:
+            summary.append(f"HTTP status: {status.value} {status.phrase}")
         if summary:
             lines.append("(layout: " + "; ".join(summary) + ")")
         return "\n".join(lines)
@@ -453,6 +458,8 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
                 array, ibox, vcap=max(6, int(1.2 * text_h)), hcap=int(0.6 * width)
             )
             role = _role(line.box, rect, width, array)  # type: ignore[assignment]
+            if role is None and (line_rect := _underline(array, ibox)) is not None:
+                rect, role = line_rect, "field"  # type: ignore[assignment]
         region: Box4 = tuple(float(v) for v in rect) if role and rect else line.box  # type: ignore[assignment]
         if role is None:
             role = "heading" if text_h >= _HEADING_RATIO * median_h else "text"
@@ -481,6 +488,92 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         box = tuple(float(v) for v in control.box)
         elements.append(Element("", box, box, role, 1.0))  # type: ignore[arg-type]
     return _attach_labels(reading_order(elements))
+
+
+_STATUS = re.compile(r"^(?:error|http)?\s*([45]\d\d)\s*(?:error)?[.!]?$", re.IGNORECASE)
+
+
+def http_status(elements: Sequence[Element]) -> HTTPStatus | None:
+    """The HTTP error a page shows as its largest text ("404", "Error 500"), if any: an
+    error page's code is its headline, a dashboard's figures are not the largest text."""
+    texts = [e for e in elements if e.text]
+    if not texts:
+        return None
+    tallest = max(e.box[3] - e.box[1] for e in texts)
+    for e in texts:
+        match = _STATUS.match(e.text.strip())
+        if e.role == "heading" and match and e.box[3] - e.box[1] >= 0.9 * tallest:
+            try:
+                return HTTPStatus(int(match.group(1)))
+            except ValueError:
+                return None  # 4xx/5xx digits that are no status: a figure after all
+    return None
+
+
+def read_placeholders(ocr: Any, image: Image.Image, elements: list[Element]) -> list[Element]:
+    """Empty input fields with the faint placeholder the detector missed read into them
+    (when ``ocr`` can: :meth:`~.ocr.RapidOcr.read_faint`); the rest as they are."""
+    read_faint = getattr(ocr, "read_faint", None)
+    empty = [i for i, e in enumerate(elements) if e.role == "field" and not e.text]
+    if read_faint is None or not empty:
+        return elements
+    rects = [tuple(int(v) for v in elements[i].region) for i in empty]
+    out = list(elements)
+    for i, line in zip(empty, read_faint(image, rects), strict=True):
+        if line is not None:
+            out[i] = replace(out[i], text=line.text, box=line.box, score=line.score)
+    return out
+
+
+def _underline(
+    array: np.ndarray, box: tuple[int, int, int, int]
+) -> tuple[int, int, int, int] | None:
+    """The input a text line sits in when the input is drawn as a line under it (Material
+    Design): a thin, flat horizontal rule at the text's foot that starts under the text
+    and runs well past its end. Its box, from the text's top to the rule; ``None``
+    otherwise. (A link's underline ends with its text; a card's rule starts at the card's
+    edge, before the text; a box's top edge under a label turns down at its ends.)"""
+    left, top, right, bottom = box
+    h = bottom - top
+    height, width = array.shape[:2]
+    probe = right + 2 * h  # the rule must pass here: test this column first (cheap)
+    y0, y1 = max(top + h // 2, 3), min(height - 3, bottom + h // 3)
+    if probe >= width or y1 <= y0:
+        return None
+    column = array[y0 - 3 : y1 + 3, probe].astype(np.int32)
+    mid = column[3:-3]
+    rows = np.flatnonzero(
+        (np.abs(mid - column[:-6]).sum(axis=1) > 24) & (np.abs(mid - column[6:]).sum(axis=1) > 24)
+    )
+    for y in (y0 + int(r) for r in rows):
+        row = array[y].astype(np.int32)
+        colour = row[probe]
+        same = np.abs(row - colour).sum(axis=1) <= 24
+        # The rule: the run of its colour through the probe (text above may touch it).
+        x0 = (
+            probe
+            - (int(np.argmin(same[probe::-1])) if not same[: probe + 1].all() else probe + 1)
+            + 1
+        )
+        x1 = probe + (int(np.argmin(same[probe:])) if not same[probe:].all() else width - probe)
+        thin = np.abs(row[x0:x1] - array[y + 3, x0:x1]).sum(axis=1) > 24
+        if not left - 4 <= x0 <= right - min(2 * h, 0.3 * (right - left)):
+            continue
+        if x1 - x0 > 0.7 * width or thin.mean() < 0.9 or _turns_down(array, y, x0, x1, colour):
+            continue
+        return (x0, top, x1, y + 1)
+    return None
+
+
+def _turns_down(array: np.ndarray, y: int, x0: int, x1: int, colour: np.ndarray) -> bool:
+    """Whether the rule at row ``y`` from ``x0`` to ``x1`` turns down at an end: the top
+    edge of a box under a label (rounded corners included), not an input's underline."""
+    height = array.shape[0]
+    below = slice(min(height, y + 3), min(height, y + 11))
+    for part in (array[below, max(0, x0 - 10) : x0 + 3], array[below, max(0, x1 - 3) : x1 + 10]):
+        if part.size and (np.abs(part.astype(np.int32) - colour).sum(axis=-1) <= 24).any():
+            return True
+    return False
 
 
 def _title_band(section: Control, lines: Sequence[OcrLine]) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from clef_engine.backbones.vision.images import ImageRef
-from clef_engine.backbones.vision.layout import ImageEvidence, analyse
+from clef_engine.backbones.vision.layout import ImageEvidence, analyse, read_placeholders
 from clef_engine.backbones.vision.ocr import OcrEngine, RapidOcr
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class VisionPipeline:
         image = ref.decode()
         started = time.perf_counter()
         lines = self.ocr.read(image)
-        elements = analyse(image, lines)
+        elements = read_placeholders(self.ocr, image, analyse(image, lines))
         ms = (time.perf_counter() - started) * 1000.0
         evidence = ImageEvidence(ref.digest, ref.width, ref.height, elements, ms)
         if self.image_encoder is not None:
