@@ -77,6 +77,8 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Create an account!\nFirst name\nLast name\nEmail address\nPassword\n"
             "Repeat password\nSign up with Google\nSign up with Facebook\nForgot password?\n"
             "Already have an account? Log in",
+            "Create an account\nSign up with\nGitHub\nGoogle\nOr sign up with credentials\nName\n"
+            "Email\nPassword\nI agree with the Privacy Policy\nCreate account",
         ],
     },
     "password_reset": {
@@ -132,6 +134,7 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Interner Serverfehler\nBitte versuchen Sie es später erneut",
             "500\nServer error\nOur team has been notified\nRefresh the page\n"
             "(layout: headings: 500)",
+            "503\nBe right back\nWe are doing some maintenance\nBack to home",
         ],
     },
     "captcha": {
@@ -361,6 +364,12 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Customers table\nCUSTOMER\nAlice Moreau\nalice@example.com\nBen Ortiz\n"
             "ben@example.com\nCarla Diaz\ncarla@example.com\nPLAN\nPro\nFree\nTeam\nSTATUS\n"
             "ACTIVE\nPAUSED\nACTIVE\nSIGNED UP\n02/01/23\n14/05/22\n30/09/21\nEdit\nEdit\nEdit",
+            "Tables\nDashboard / Tables\nProjects table\nPROJECT\nBUDGET\nSTATUS\nCOMPLETION\n"
+            "Website redesign\n$2,500 USD\npending\n60%\nMobile app\n$1,800 USD\ncompleted\n"
+            "100%\nPrevious\n1\n2\n3\nNext",
+            "All Posts\nSearch\nTitle\nCategory\nAuthor\nCreated At\nStatus\n"
+            "Getting started guide\nTutorial\nAnna\n2023-02-11\nPublished\nRelease notes\nNews\n"
+            "Ben\n2023-02-09\nDraft\nEdit\nDelete",
         ],
     },
     "settings": {
@@ -385,6 +394,8 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Appearance\nCancel\nSave changes",
             "Einstellungen\nProfil\nBenachrichtigungen\nÄnderungen speichern",
             "Paramètres du compte\nProfil\nMot de passe\nEnregistrer",
+            "General Settings\nSite title\nSite description\nSite logo\nChoose file\nBrowse\n"
+            "Time zone\nLanguage\nSave changes",
         ],
     },
 }
