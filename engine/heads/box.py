@@ -236,8 +236,8 @@ def locate(
 
 
 CALIBRATION: dict[str, tuple[float, float]] = {
-    "pixels": (0.4038, 1.7068),
-    "dom": (0.6462, 3.0023),
+    "pixels": (0.5732, 0.9756),
+    "dom": (0.9355, 2.2849),
 }
 """Per evidence source, ``(a, c)`` of ``P(hit) = sigmoid(a·logit(p) + c)`` (Platt scaling),
 where ``p`` is the softmax probability of the best candidate. Fit by logistic regression
