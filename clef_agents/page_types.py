@@ -345,6 +345,9 @@ PAGE_TYPES: dict[str, dict[str, Any]] = {
             "Übersicht\nUmsatz\nBesucher heute\nBerichte",
             "Dashboard\nEarnings (monthly)\n$40,000\nNew orders 150\nBounce rate 53%\n"
             "Sales overview\nRecent activity",
+            "Dashboard\nNew tickets\n43\nClosed today\n17\nDaily earnings\n$95\n"
+            "Development activity\nUSER\nCOMMIT\nDATE\nInitial commit\nMay 6, 2018\n"
+            "Main structure\nApril 22, 2018",
         ],
     },
     "data_table": {

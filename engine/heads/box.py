@@ -218,21 +218,35 @@ def locate(
         if len(evidence) > 1:
             answer.x_image = 0  # type: ignore[attr-defined]
         return answer
-    candidates = [(i, e) for i, ev in enumerate(evidence) for e in ev.elements]
+    candidates = [(i, j, e) for i, ev in enumerate(evidence) for j, e in enumerate(ev.elements)]
     if not candidates:
         return BoxAnswer(box=None, confidence=None)
     in_chrome = [c for ev in evidence for c in page_chrome(ev)]
-    logits = candidate_logits(embed, instructions, [e for _, e in candidates], in_chrome)
+    logits = candidate_logits(embed, instructions, [e for _, _, e in candidates], in_chrome)
     probs = torch.softmax(logits.double(), dim=0)
     best = int(torch.argmax(probs))
-    image, element = candidates[best]
+    image, index, _ = candidates[best]
+    region = clickable_region(evidence[image], index)
     answer = BoxAnswer(
-        box=fractions(element.region, evidence[image].width, evidence[image].height),
+        box=fractions(region, evidence[image].width, evidence[image].height),
         confidence=hit_probability(float(probs[best]), evidence[image].source),
     )
     if len(evidence) > 1:
         answer.x_image = image  # type: ignore[attr-defined]
     return answer
+
+
+def clickable_region(evidence: ImageEvidence, index: int) -> Sequence[float]:
+    """The region to answer for element ``index``: its own, except that a line of text in
+    a screenshot's left sidebar is a menu row, clickable across the sidebar's width."""
+    element = evidence.elements[index]
+    if evidence.source != "pixels" or element.role not in ("text", "heading"):
+        return element.region
+    side = evidence.sidebar
+    if side is None or index not in side[0]:
+        return element.region
+    _, top, _, bottom = element.region
+    return (min(side[1], element.region[0]), top, max(side[2], element.region[2]), bottom)
 
 
 CALIBRATION: dict[str, tuple[float, float]] = {

@@ -100,6 +100,27 @@ def test_generic_questions_prefer_the_main_content_to_its_sidebar_twin() -> None
     assert answer.box is not None and answer.box.left == pytest.approx(9 / 1280, abs=1e-4)
 
 
+def test_a_sidebar_menu_item_is_clickable_across_the_sidebar() -> None:
+    evidence = ImageEvidence("d", 1280, 800, _admin_page())
+    answer = box.locate(_embed, "tables menu", [evidence])
+    assert answer.box is not None
+    pixels = answer.box.to_pixels(1280, 800)
+    # The "Tables" row, from the sidebar's left edge to its gutter (the text ends at 160).
+    assert (pixels.top, pixels.bottom) == (520, 544)
+    assert pixels.left == pytest.approx(9, abs=0.1) and 200 < pixels.right < 436
+    # A control keeps its own box, and so does text in the main content.
+    sidebar_field = box.locate(_embed, "the sidebar search field", [evidence])
+    assert sidebar_field.box is not None
+    assert sidebar_field.box.to_pixels(1280, 800).right == pytest.approx(216, abs=0.1)
+    main = box.locate(_embed, "the result title heading", [evidence])
+    assert main.box is not None and main.box.to_pixels(1280, 800).right == pytest.approx(
+        731, abs=0.1
+    )
+    # Elements read from a page's DOM carry their own boxes.
+    dom = ImageEvidence("d", 1280, 800, _admin_page(), source="dom")
+    assert box.clickable_region(dom, 6) == dom.elements[6].region
+
+
 def test_the_textual_state_reads_the_main_content_before_the_chrome() -> None:
     state = ImageEvidence("d", 1280, 800, _admin_page()).text()
     lines = state.splitlines()

@@ -325,3 +325,14 @@ def test_an_empty_field_gets_the_faint_placeholder_its_reader_finds() -> None:
     assert out[0] is title and out[1].text == "Username" and out[1].region == field.region
     # A reader without ``read_faint`` (another OCR engine) leaves the elements as they are.
     assert read_placeholders(object(), Image.new("RGB", (8, 8)), [field]) == [field]
+
+
+def test_a_field_is_labelled_by_the_text_over_its_left_edge_not_a_link_over_its_end() -> None:
+    img = Image.new("RGB", (1280, 800), "white")
+    d = ImageDraw.Draw(img)
+    lines = [_text(d, (472, 150), "Sign in", 24, fill="#111111")]
+    lines.append(_text(d, (472, 201), "PASSWORD", 13, fill="#566a7f"))
+    lines.append(_text(d, (700, 200), "Forgot Password?", 13, fill="#696cff"))  # 1 px closer
+    d.rounded_rectangle(USER, radius=6, outline="#d9dee3", fill="white")
+    [field] = [e for e in analyse(img, lines) if e.role == "field"]
+    assert field.label == "PASSWORD"

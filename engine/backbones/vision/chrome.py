@@ -45,16 +45,36 @@ def chrome(elements: Sequence[Element], width: int, height: int) -> list[bool]:
     out = [False] * len(elements)
     if not elements or width <= 0 or height <= 0:
         return out
+    for i in chrome_top(elements, height):
+        out[i] = True
+    found = sidebar(elements, width, height, skip=out)
+    for i in found[0] if found else ():
+        out[i] = True
+    return out
+
+
+def chrome_top(elements: Sequence[Element], height: int) -> list[int]:
+    """Indices of the top bar's elements (see :func:`chrome`); empty without one."""
     top = [
         i
         for i, e in enumerate(elements)
         if e.region[1] < 0.6 * TOP_BAR * height and e.region[3] <= TOP_BAR * height
     ]
     below = any(e.region[1] > 1.5 * TOP_BAR * height for e in elements)
-    if len(top) >= 2 and below:
-        for i in top:
-            out[i] = True
-    rest = [(i, e) for i, e in enumerate(elements) if not out[i]]
+    return top if len(top) >= 2 and below else []
+
+
+def sidebar(
+    elements: Sequence[Element], width: int, height: int, skip: Sequence[bool] | None = None
+) -> tuple[list[int], float, float] | None:
+    """The left sidebar (see :func:`chrome`): its elements' indices, its left edge and the
+    middle of the gutter right of it, where a menu row's clickable width ends; ``None``
+    without one. ``skip`` marks elements left out (the top bar); by default those of
+    :func:`chrome`'s top bar."""
+    if skip is None:
+        top = chrome_top(elements, height)
+        skip = [i in top for i in range(len(elements))]
+    rest = [(i, e) for i, e in enumerate(elements) if not skip[i]]
     bands = empty_bands([(e.region[0], e.region[2]) for _, e in rest])
     cut = next(
         (
@@ -65,12 +85,12 @@ def chrome(elements: Sequence[Element], width: int, height: int) -> list[bool]:
         None,
     )
     if cut is None:
-        return out
+        return None
     left = [(i, e) for i, e in rest if e.region[2] <= cut]
     right = [e for _, e in rest if e.region[0] >= cut]
-    if len(left) >= 5 and len(right) >= 3:
-        reach_down = max(e.region[3] for _, e in left) - min(e.region[1] for _, e in left)
-        if reach_down >= 0.5 * height:
-            for i, _ in left:
-                out[i] = True
-    return out
+    if len(left) < 5 or len(right) < 3:
+        return None
+    reach_down = max(e.region[3] for _, e in left) - min(e.region[1] for _, e in left)
+    if reach_down < 0.5 * height:
+        return None
+    return [i for i, _ in left], min(e.region[0] for _, e in left), cut

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from clef_engine.backbones.vision.chrome import chrome
+from clef_engine.backbones.vision.chrome import chrome, sidebar
 from clef_engine.backbones.vision.controls import Control, find_controls
 from clef_engine.backbones.vision.ocr import OcrLine
 from clef_engine.backbones.vision.reading_order import reading_order
@@ -107,6 +107,13 @@ class ImageEvidence:
         elements' layout by :func:`~clef_engine.backbones.vision.chrome.chrome`; computed
         once per image, however many questions read it."""
         return chrome(self.elements, self.width, self.height)
+
+    @cached_property
+    def sidebar(self) -> tuple[frozenset[int], float, float] | None:
+        """The left sidebar, when the page has one: its elements' indices, its left edge and
+        where its rows end (:func:`~clef_engine.backbones.vision.chrome.sidebar`)."""
+        found = sidebar(self.elements, self.width, self.height)
+        return None if found is None else (frozenset(found[0]), found[1], found[2])
 
     def text(self, label: str = "screenshot") -> str:
         """The textual state: lines in reading order (the main content, then the page
@@ -329,6 +336,8 @@ def _label_of(element: Element, elements: Sequence[Element]) -> str | None:
             beside = top <= cy <= bottom and -4 <= left - o_right <= 6 * o_h
             if above:
                 gap = top - o_bottom
+                if abs(o_left - left) > max(8.0, o_h):
+                    gap += 2 * o_h  # not its left-aligned label: a link above its right end
             elif beside:
                 gap = (left - o_right) / 4.0
         if gap is not None and (best is None or gap < best[0]):
