@@ -8,7 +8,10 @@ evidence, added as logits:
 - semantic similarity: cosine of the engine backbone's embeddings of the instructions and
   the candidate description (``SEMANTIC`` per unit of cosine);
 - word overlap: the share of the instructions' content words found in the candidate's
-  text (``LEXICAL``), which rewards exact labels ("Add to cart");
+  text (``LEXICAL``), which rewards exact labels ("Add to cart"). Only the words naming
+  the element count, not those saying where it is (:func:`split_context`: "the next page
+  link under the first table" is matched as "the next page link", so the table's title
+  does not win on the word "table"); the roles asked for are read from them too;
 - role match: the instructions name a role (button, field/input/search box, heading)
   and the candidate has it (``+ROLE``), or has the other control role (a button when a
   field was asked for, or the reverse: ``-ROLE``). Asked for a field or checkbox, the
@@ -167,6 +170,23 @@ def _role_term(element: Element, roles: set[str], labels: set[str]) -> float:
     return 0.0
 
 
+_CONTEXT = re.compile(
+    r"\s+(?:under|below|above|beneath|inside|within|on|in|of|at|near|beside|next to)"
+    r"\s+(?:the|a|an|this|that|its|each)\b",
+    re.IGNORECASE,
+)
+
+
+def split_context(instructions: str) -> tuple[str, str]:
+    """The element the instructions name and where they say it is: ``"the next page link
+    under the first table"`` → ``("the next page link", "under the first table")``. A
+    preposition counts only before an article ("the sign in button" is one name)."""
+    match = _CONTEXT.search(instructions)
+    if match is None or not instructions[: match.start()].strip():
+        return instructions, ""
+    return instructions[: match.start()], instructions[match.start() :].strip()
+
+
 def candidate_logits(
     embed: Callable[[Sequence[str]], torch.Tensor],
     instructions: str,
@@ -177,13 +197,14 @@ def candidate_logits(
 
     ``in_chrome`` marks elements of the page's top bar or sidebar (:func:`page_chrome`).
     """
+    target, _ = split_context(instructions)
     texts = [instructions, *(describe(e) for e in elements)]
     # ``embed`` is the engine's cached one: a page's candidates are embedded once, however
     # many box questions are asked about it.
     vectors = torch.nn.functional.normalize(embed(texts).float(), dim=-1)
     cosine = vectors[1:] @ vectors[0]
-    lexical = torch.tensor([_lexical(instructions, e) for e in elements])
-    roles = wanted_roles(instructions)
+    lexical = torch.tensor([_lexical(target, e) for e in elements])
+    roles = wanted_roles(target)
     asked = roles & {"field", "checkbox"}
     labels = {e.label for e in elements if e.role in asked and e.label}
     role = torch.tensor([_role_term(e, roles, labels) for e in elements])

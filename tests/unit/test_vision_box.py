@@ -152,3 +152,28 @@ def test_words_ocr_misread_still_match() -> None:
     )
     # A short word is not a prefix match for anything ("to" is no "top").
     assert box.lexical_overlap("the top menu", "to") == 0.0
+
+
+def test_where_an_element_is_does_not_name_it() -> None:
+    assert box.split_context("the next page link under the first table") == (
+        "the next page link",
+        "under the first table",
+    )
+    assert box.split_context("the month button on the statistics chart")[0] == "the month button"
+    # A preposition without an article is part of the name.
+    assert box.split_context("the sign in button") == ("the sign in button", "")
+    assert box.split_context("the terms of service checkbox") == (
+        "the terms of service checkbox",
+        "",
+    )
+    # The table's title shares the word "table" with the instructions; the link is the answer.
+    elements = [
+        _at("Simple Table", "heading", (270, 130, 402, 163)),
+        _at("Prev", "button", (277, 573, 334, 609)),
+        _at("Next", "button", (471, 573, 527, 609)),
+    ]
+    evidence = ImageEvidence("d", 1280, 800, elements)
+    answer = box.locate(_embed, "the next page link under the first table", [evidence])
+    assert answer.box is not None and answer.box.to_pixels(1280, 800).left == pytest.approx(
+        471, abs=0.1
+    )
