@@ -20,6 +20,7 @@ from clef_engine.backbones.vision.layout import (
     http_status,
     read_placeholders,
     reading_order,
+    split_at_gaps,
 )
 from clef_engine.backbones.vision.ocr import OcrLine
 
@@ -336,3 +337,25 @@ def test_a_field_is_labelled_by_the_text_over_its_left_edge_not_a_link_over_its_
     d.rounded_rectangle(USER, radius=6, outline="#d9dee3", fill="white")
     [field] = [e for e in analyse(img, lines) if e.role == "field"]
     assert field.label == "PASSWORD"
+
+
+def test_a_navbar_read_as_one_line_is_one_element_per_link() -> None:
+    img = Image.new("RGB", (1280, 200), "#212529")
+    d = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=15)
+    xs, x = [], 690
+    for word in ("Home", "About", "Blog", "Portfolio"):
+        d.text((x, 20), word, font=font, fill="#e9ecef")
+        xs.append((x, d.textbbox((x, 20), word, font=font)[2]))
+        x = xs[-1][1] + 18  # Bootstrap's nav-link padding: an 18 px gap between links
+    prose = _text(d, (100, 120), "Company news and updates from the team", 15, fill="#e9ecef")
+    navbar = OcrLine(
+        "Home About Blog Portfolio", (xs[0][0] - 2.0, 14.0, xs[-1][1] + 2.0, 40.0), 0.9
+    )
+    parts = split_at_gaps(np.asarray(img), navbar)
+    assert [p.text for p in parts] == ["Home", "About", "Blog", "Portfolio"]
+    for part, (left, right) in zip(parts, xs, strict=True):
+        assert part.box[0] <= left + 1 and right - 1 <= part.box[2] <= right + 4
+    assert split_at_gaps(np.asarray(img), prose) == [prose]  # word spaces do not split
+    texts = [e.text for e in analyse(img, [navbar, prose])]
+    assert "Blog" in texts and "Home About Blog Portfolio" not in texts

@@ -436,6 +436,7 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         return []
     array = np.asarray(image.convert("RGB"))
     height, width = array.shape[:2]
+    lines = [part for line in lines for part in split_at_gaps(array, line)]
     controls = find_controls(array)
     sections = [c for c in controls if c.section and _title_band(c, lines)]
     heights = sorted(line.box[3] - line.box[1] for line in lines)
@@ -532,6 +533,61 @@ def read_placeholders(ocr: Any, image: Image.Image, elements: list[Element]) -> 
         if line is not None:
             out[i] = replace(out[i], text=line.text, box=line.box, score=line.score)
     return out
+
+
+_GAP = 0.5
+"""An empty stretch this many line heights wide splits a line (OCR boxes are about 1.7x the
+font size tall: a word space is 0.1-0.2 line heights, a navbar's gap between links 0.6)."""
+
+
+def split_at_gaps(array: np.ndarray, line: OcrLine) -> list[OcrLine]:
+    """One OCR line that is several items read together ("Home About Contact Blog", a
+    navbar's links; cells of a table row) as one line per item: the line's ink is cut at
+    empty stretches wider than :data:`_GAP` line heights, and its words are given to the
+    pieces by where they fall if the characters were evenly spaced. The line as it is when
+    it has no such gap, its words cannot be shared out, or a piece is narrower than the line
+    is tall (an icon or a checkbox in front of its label)."""
+    words = line.text.split()
+    height, width = array.shape[:2]
+    left, top = max(0, int(line.box[0])), max(0, int(line.box[1]))
+    right, bottom = min(width, int(np.ceil(line.box[2]))), min(height, int(np.ceil(line.box[3])))
+    h = bottom - top
+    if len(words) < 2 or h < 4 or right - left < 4 * h:
+        return [line]
+    crop = array[top:bottom, left:right]
+    ink = ~_close(crop, _fill_colour(array, (left, top, right, bottom))).all(axis=0)
+    cols = np.flatnonzero(ink)
+    if len(cols) < 2:
+        return [line]
+    gaps = np.flatnonzero(np.diff(cols) > _GAP * h)
+    if len(gaps) == 0:
+        return [line]
+    starts = [int(cols[0]), *(int(cols[g + 1]) for g in gaps)]
+    ends = [*(int(cols[g]) + 1 for g in gaps), int(cols[-1]) + 1]
+    # Where each word's middle falls, were the characters evenly spaced over the ink.
+    step = (ends[-1] - starts[0]) / max(1, len(line.text))
+    pieces: list[list[str]] = [[] for _ in starts]
+    at = 0
+    for word in words:
+        at = line.text.index(word, at)
+        middle = starts[0] + (at + len(word) / 2.0) * step
+        nearest = min(
+            range(len(starts)),
+            key=lambda k: max(0.0, starts[k] - middle, middle - ends[k]),
+        )
+        pieces[nearest].append(word)
+        at += len(word)
+    # A piece narrower than the line is tall is an icon or a checkbox, not an item.
+    if any(not p for p in pieces) or any(b - a < h for a, b in zip(starts, ends, strict=True)):
+        return [line]
+    return [
+        OcrLine(
+            " ".join(p),
+            (float(left + a - 2), line.box[1], float(left + b + 2), line.box[3]),
+            line.score,
+        )
+        for p, a, b in zip(pieces, starts, ends, strict=True)
+    ]
 
 
 def _underline(
