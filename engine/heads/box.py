@@ -271,7 +271,7 @@ def clickable_region(evidence: ImageEvidence, index: int) -> Sequence[float]:
 
 
 CALIBRATION: dict[str, tuple[float, float]] = {
-    "pixels": (0.5732, 0.9756),
+    "pixels": (0.5374, 1.2386),
     "dom": (0.9355, 2.2849),
 }
 """Per evidence source, ``(a, c)`` of ``P(hit) = sigmoid(a·logit(p) + c)`` (Platt scaling),
