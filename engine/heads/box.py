@@ -187,13 +187,15 @@ def split_context(instructions: str) -> tuple[str, str]:
     return instructions[: match.start()], instructions[match.start() :].strip()
 
 
-def candidate_logits(
+def candidate_features(
     embed: Callable[[Sequence[str]], torch.Tensor],
     instructions: str,
     elements: Sequence[Element],
     in_chrome: Sequence[bool] | None = None,
 ) -> torch.Tensor:
-    """One logit per element (see the module docstring for the terms).
+    """Per element, the evidence terms of the module docstring as columns: cosine, word
+    overlap, role term (+1 / 0 / -1) and minus the chrome flag (0 when the instructions
+    name a menu, sidebar, header or navigation). :data:`WEIGHTS` turns them into logits.
 
     ``in_chrome`` marks elements of the page's top bar or sidebar (:func:`page_chrome`).
     """
@@ -202,16 +204,33 @@ def candidate_logits(
     # ``embed`` is the engine's cached one: a page's candidates are embedded once, however
     # many box questions are asked about it.
     vectors = torch.nn.functional.normalize(embed(texts).float(), dim=-1)
-    cosine = vectors[1:] @ vectors[0]
+    cosine = (vectors[1:] @ vectors[0]).cpu()
     lexical = torch.tensor([_lexical(target, e) for e in elements])
     roles = wanted_roles(target)
     asked = roles & {"field", "checkbox"}
     labels = {e.label for e in elements if e.role in asked and e.label}
     role = torch.tensor([_role_term(e, roles, labels) for e in elements])
-    logits = SEMANTIC * cosine.cpu() + LEXICAL * lexical + ROLE * role
+    chrome = torch.zeros(len(elements))
     if in_chrome is not None and not set(words(instructions)) & _CHROME_WORDS:
-        logits -= CHROME * torch.tensor([float(c) for c in in_chrome])
-    return logits
+        chrome = -torch.tensor([float(c) for c in in_chrome])
+    return torch.stack([cosine, lexical.float(), role.float(), chrome], dim=1)
+
+
+WEIGHTS = (SEMANTIC, LEXICAL, ROLE, CHROME)
+"""Weights of :func:`candidate_features`' columns, set by hand on the fixture pages. Fit by
+conditional logit on the tune template targets they do no better
+(``benchmarks/vision_box_ranker.py``)."""
+
+
+def candidate_logits(
+    embed: Callable[[Sequence[str]], torch.Tensor],
+    instructions: str,
+    elements: Sequence[Element],
+    in_chrome: Sequence[bool] | None = None,
+) -> torch.Tensor:
+    """One logit per element: :func:`candidate_features` weighted by :data:`WEIGHTS`."""
+    features = candidate_features(embed, instructions, elements, in_chrome)
+    return features @ torch.tensor(WEIGHTS, dtype=features.dtype)
 
 
 def page_chrome(evidence: ImageEvidence) -> list[bool]:
