@@ -70,10 +70,11 @@ _ROLE_TEXT = {
     "text": "",
 }
 _CONTROLS = ("button", "field", "checkbox")
+_DROPDOWN = ("dropdown", "select", "selector", "picker", "combobox")
 _STOP = {
     "the", "a", "an", "to", "of", "on", "in", "for", "and", "or", "with", "where", "that",
     "this", "page", "element", "area", "link", "which", "you", "can", "is", "it", "at", "your",
-    *(w for words in _ROLE_WORDS.values() for w in words),
+    *(w for words in _ROLE_WORDS.values() for w in words), *_DROPDOWN,
 }  # fmt: skip
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CHROME_WORDS = {
@@ -88,9 +89,12 @@ def words(text: str) -> list[str]:
 
 
 def wanted_roles(instructions: str) -> set[str]:
-    """Roles the instructions ask for (``"the search field"`` → ``{"field"}``)."""
+    """Roles the instructions ask for (``"the search field"`` → ``{"field"}``; a dropdown
+    is read off the pixels as either control, a button or a field)."""
     tokens = set(words(instructions))
     roles = {role for role, keys in _ROLE_WORDS.items() if tokens & set(keys)}
+    if tokens & set(_DROPDOWN):
+        roles |= {"button", "field"}
     if "checkbox" in roles:
         roles.discard("field")  # "the terms check box"
     return roles

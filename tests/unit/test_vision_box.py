@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from clef_engine.backbones.vision.chrome import chrome
-from clef_engine.backbones.vision.layout import Element, ImageEvidence
+from clef_engine.backbones.vision.layout import Element, ImageEvidence, _attach_labels
 from clef_engine.heads import box
 
 
@@ -28,6 +28,7 @@ def test_roles_asked_for() -> None:
     assert box.wanted_roles("the remember me checkbox") == {"checkbox"}
     assert box.wanted_roles("the forgot password link") == {"link"}
     assert box.wanted_roles("the password field") == {"field"}
+    assert box.wanted_roles("the show entries dropdown") == {"button", "field"}
 
 
 def test_a_checkbox_question_finds_the_checkbox_not_its_label() -> None:
@@ -177,3 +178,19 @@ def test_where_an_element_is_does_not_name_it() -> None:
     assert answer.box is not None and answer.box.to_pixels(1280, 800).left == pytest.approx(
         471, abs=0.1
     )
+
+
+def test_a_small_select_is_named_by_the_words_around_it() -> None:
+    # DataTables' "Show [10] entries": OCR reads three pieces, the select looks like a button.
+    elements = [
+        _at("Show", "text", (303, 342, 345, 365)),
+        _at("10", "button", (345, 336, 397, 372)),
+        _at("entries", "text", (395, 345, 445, 363)),
+        _at("Showing 1 to 4 of 4 entries", "text", (303, 695, 465, 718)),
+    ]
+    labelled = _attach_labels(elements)
+    assert labelled[1].label == "Show entries" and labelled[0].label is None
+    evidence = ImageEvidence("d", 1280, 800, labelled)
+    answer = box.locate(_embed, "the show entries dropdown", [evidence])
+    assert answer.box is not None
+    assert answer.box.to_pixels(1280, 800).left == pytest.approx(345, abs=0.1)

@@ -345,10 +345,36 @@ def _label_of(element: Element, elements: Sequence[Element]) -> str | None:
     return best[1] if best else None
 
 
+def _inline_label(element: Element, elements: Sequence[Element]) -> str | None:
+    """The words around a small select on its row ("Show [10] entries" → "Show entries"):
+    the text that ends just left of a control showing three characters at most, and the
+    text that starts just right of it."""
+    left, top, right, bottom = element.region
+    h = bottom - top
+    before = after = None
+    for other in elements:
+        if other.role != "text" or not other.text or len(other.text.split()) > 3:
+            continue
+        o_left, o_top, o_right, o_bottom = other.box
+        if not top <= (o_top + o_bottom) / 2.0 <= bottom:
+            continue
+        if -4 <= left - o_right <= h:
+            before = other.text
+        elif -4 <= o_left - right <= h:
+            after = other.text
+    words = [w for w in (before, after) if w]
+    return " ".join(words) if len(words) == 2 else None
+
+
 def _attach_labels(elements: list[Element]) -> list[Element]:
-    """Give each field and checkbox the text that labels it."""
+    """Give each field and checkbox the text that labels it, and a small select (a button
+    showing a number or a few letters) the words around it."""
     out = []
     for element in elements:
+        if element.role == "button" and len(element.text.strip()) <= 3 and not element.label:
+            label = _inline_label(element, elements)
+            out.append(replace(element, label=label) if label else element)
+            continue
         if element.role not in ("field", "checkbox") or element.label is not None:
             out.append(element)
             continue
