@@ -11,10 +11,14 @@ text). The rectangle, not the text, is then the element's box. Lines noticeably 
 than the page's median are **headings**. Everything else is **text**.
 
 A pale band across the top of a card (:mod:`~.controls` flags it) is the card's title,
-not a control. Elements come in reading order (:mod:`~.reading_order`). The evidence is
-rendered as a textual state (lines in reading order, the page chrome of :mod:`~.chrome`
-last, plus a short layout summary), so image states are scored by the same engine path
-as text.
+not a control. A line drawn as a thin rule under its text (a Material input) is a field
+too, a line OCR read across a navbar's links is first cut at its wide gaps
+(:func:`split_at_gaps`), and an empty field's faint placeholder is read afterwards
+(:func:`read_placeholders`). A page whose largest text is a 4xx/5xx code says so in its
+textual state (:func:`http_status`). Elements come in reading order
+(:mod:`~.reading_order`). The evidence is rendered as a textual state (lines in reading
+order, the page chrome of :mod:`~.chrome` last, plus a short layout summary), so image
+states are scored by the same engine path as text.
 """
 
 from __future__ import annotations
