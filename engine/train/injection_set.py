@@ -41,6 +41,7 @@ import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 MAX_WORDS = 45
@@ -114,6 +115,12 @@ class Pools:
     requests: list[str] = field(default_factory=list)  # benign user requests
     asks: list[str] = field(default_factory=list)  # benign questions to the assistant itself
     separators: list[tuple[str, str]] = field(default_factory=list)
+
+    @cached_property
+    def leads(self) -> list[str]:
+        """What may come before a direct attack: a request, or a question to the assistant
+        (read once the pools are filled)."""
+        return self.requests + self.asks
 
 
 # -- reading the wheel ---------------------------------------------------------------------
@@ -271,7 +278,7 @@ def _positive(pools: Pools, rng: random.Random) -> tuple[str, str]:
     if kind == "direct":
         attack = rng.choice(pools.attacks)
         if rng.random() < 0.5:  # PromptInject's shape: a user input, then the attack
-            lead = rng.choice(pools.requests + pools.asks)
+            lead = rng.choice(pools.leads)
             lead += rng.choice(["\n", " ", "\n\n", " ... "])
             attack = lead + rng.choice(["", "***", "\\", "----------\n"]) + attack
         return _words(attack, MAX_WORDS), kind
