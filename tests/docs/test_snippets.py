@@ -80,6 +80,7 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     # for LangGraph) resolve as they would in the user's script.
     module = types.ModuleType("docs_page")
     monkeypatch.setitem(sys.modules, module.__name__, module)
+    ran = []
     for line, code in _blocks(page):
         if code.startswith("# not run"):
             continue
@@ -89,3 +90,6 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
             exec(compile(tree, where, "exec"), module.__dict__)
         except Exception as exc:
             pytest.fail(f"the block at {where} failed: {type(exc).__name__}: {exc}")
+        ran.append(where)
+    runnable = [line for line, code in _blocks(page) if not code.startswith("# not run")]
+    assert len(ran) == len(runnable) > 0, f"{_name(page)}: ran {ran} of blocks at {runnable}"
