@@ -42,7 +42,7 @@ from clef_engine.heads.option_evidence import (
 )
 from clef_engine.heads.zero_shot import ZeroShotHead, prepare
 from clef_engine.schema.questions import _Question
-from clef_engine.schema.render import canonical_json
+from clef_engine.schema.render import question_cache_key
 
 if TYPE_CHECKING:
     from clef_engine.schema.request import DecisionRequest
@@ -182,7 +182,7 @@ class TrainedHead:
                     # questions that differ in anything (wording, option order) are not
                     # merged, so each is answered in its own option order and context.
                     if id(q) not in keys:
-                        keys[id(q)] = canonical_json(q.model_dump(mode="json"))
+                        keys[id(q)] = question_cache_key(q)
                     groups.setdefault(keys[id(q)], []).append((j, i, qid))
             for members in groups.values():
                 _, i0, qid0 = members[0]

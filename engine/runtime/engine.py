@@ -64,7 +64,7 @@ from clef_engine.schema.answers import (
 )
 from clef_engine.schema.limits import MAX_STATE_CHARS
 from clef_engine.schema.questions import _Question
-from clef_engine.schema.render import canonical_json
+from clef_engine.schema.render import question_cache_key
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
 
@@ -319,7 +319,7 @@ class DecisionEngine:
         """Embed a question's options (cached by content) and fit prototypes if it has any."""
         if self._examples_options is not None and has_examples(question):
             return self.examples_engine().prepare_question(question)
-        cache_key = canonical_json(question.model_dump(mode="json"))
+        cache_key = question_cache_key(question)
         with self._lock:
             cached = self._prepared.get_or_none(cache_key)
             if cached is not None:

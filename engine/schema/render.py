@@ -190,3 +190,12 @@ def render_value(value: Any, field: str = "state") -> str:
 def canonical_json(value: Any) -> str:
     """Stable JSON text of a value (sorted keys), used for cache keys."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def question_cache_key(question: Any, **extra: Any) -> str:
+    """Cache key of a question's prepared form: its content and its options *in the order
+    asked*. Sorted JSON keys alone would give ``criteria={"a": .., "b": ..}`` and
+    ``{"b": .., "a": ..}`` one key, and the second question would be scored in the first
+    one's option order (a label index read against it points at another option)."""
+    names = [spec.name for spec in question.option_specs()]
+    return canonical_json({"q": question.model_dump(mode="json"), "order": names, **extra})

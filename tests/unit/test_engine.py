@@ -106,6 +106,21 @@ def test_invariant_to_question_order_and_ids(tiny_engine):
     _assert_close(base, {mapping[k]: v for k, v in got.items()})
 
 
+def test_options_come_back_in_the_order_asked(tiny_engine):
+    """Two orders of one criteria dict are two prepared questions: each is scored, and
+    answered, in its own option order (a shared cache key gave the second question the
+    first one's order, so a label index read against it pointed at another option)."""
+    names = ["billing", "technical", "sales", "legal"]
+    first = Choice(instructions="route", criteria=dict.fromkeys(names))
+    second = Choice(instructions="route", criteria=dict.fromkeys(reversed(names)))
+    assert tiny_engine.prepare_question(first).names == names
+    assert tiny_engine.prepare_question(second).names == names[::-1]
+    a = tiny_engine.decide(STATES[0], {"q": first}).answers["q"].probabilities
+    b = tiny_engine.decide(STATES[0], {"q": second}).answers["q"].probabilities
+    assert list(a) == names and list(b) == names[::-1]
+    assert b == pytest.approx(a)
+
+
 def test_invariant_to_batching(tiny_engine):
     singles = [_flat(tiny_engine.decide(s, QUESTIONS)) for s in STATES]
     batched = [_flat(r) for r in tiny_engine.decide_batch(STATES, QUESTIONS)]

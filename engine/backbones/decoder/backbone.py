@@ -46,7 +46,7 @@ from clef_engine.errors import (
 )
 from clef_engine.heads.base import PreparedQuestion, Scored, ScoringContext
 from clef_engine.heads.zero_shot import prepare
-from clef_engine.schema.render import canonical_json
+from clef_engine.schema.render import question_cache_key
 
 if TYPE_CHECKING:
     from clef_engine.schema.questions import _Question
@@ -324,9 +324,7 @@ class DecoderBackbone:
     # -- prompts ----------------------------------------------------------------------
 
     def _plan(self, question: _Question) -> _Plan:
-        cache_key = canonical_json(
-            {"q": question.model_dump(mode="json"), "r": str(self.rotations)}
-        )
+        cache_key = question_cache_key(question, r=str(self.rotations))
         cached = self._plans.get(cache_key)
         if cached is not None:
             return cached
@@ -340,7 +338,7 @@ class DecoderBackbone:
         return p, blocks, answers
 
     def _prepare(self, question: _Question) -> PreparedQuestion:
-        cache_key = canonical_json(question.model_dump(mode="json"))
+        cache_key = question_cache_key(question)
         prepared = self._prepared.get(cache_key)
         if prepared is None:
             prepared = prepare(question)

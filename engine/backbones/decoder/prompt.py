@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clef_engine.schema.questions import Choice, Noul, Score, _Question
-from clef_engine.schema.render import canonical_json
+from clef_engine.schema.render import question_cache_key
 
 STATE_LABEL = "State:\n"
 BETWEEN = "\n\n"
@@ -138,7 +138,7 @@ def plan(question: _Question, rotations: int | str = "auto") -> QuestionPlan:
     names = [s.name for s in specs]
     instructions = _instructions(question)
     k = n_rotations(question, rotations)
-    key = canonical_json({"q": question.model_dump(mode="json"), "rotations": k})
+    key = question_cache_key(question, rotations=k)
     if isinstance(question, Choice):
         order = sorted(range(len(specs)), key=lambda i: names[i])
         blocks = []
