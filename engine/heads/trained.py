@@ -66,7 +66,9 @@ class TrainedHead:
     needs_token_states = True
     fine_tuned: ClassVar[bool] = True
     prompted = False
-    """Trained questions are read as the trainer wrote their option texts."""
+    """Option texts of questions the head has no vectors for carry the question's
+    instructions (:func:`~clef_engine.heads.zero_shot.option_texts`): set for a model dir
+    trained on such texts (``config.json["scorer"]["option_texts"] == "prompted"``)."""
 
     def __init__(
         self,
@@ -187,7 +189,7 @@ class TrainedHead:
             for members in groups.values():
                 _, i0, qid0 = members[0]
                 question = requests[i0].questions[qid0]
-                prep = prepare(question)
+                prep = prepare(question, prompted=self.prompted)
                 prep.tokens = sum(context.backbone.count_tokens(prep.texts))
                 asked = question_context(question)
                 vectors = None

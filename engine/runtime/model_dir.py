@@ -336,6 +336,7 @@ def _load_trained(
             memory=memory,
         )
         engine.head.adapter_source = directory / ADAPTER_DIR  # type: ignore[attr-defined]
+        engine.head.prompted = is_prompted(data)  # type: ignore[attr-defined]
         engine._version = None
     return engine
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from clef_engine.heads.option_evidence import HeadConfig, OptionEvidenceHead
 from clef_engine.heads.zero_shot import option_texts
 from clef_engine.train.mixture import Item, MixtureSampler, load_mixture
 
@@ -76,6 +77,7 @@ class GeneralTrainer:
         brier_weight: float = 0.5,
         seed: int = 0,
         device: str | None = "cpu",
+        head: bool = False,
     ) -> None:
         import peft
 
@@ -104,11 +106,17 @@ class GeneralTrainer:
         self.log_scale = torch.nn.Parameter(
             torch.full((len(TYPES),), math.log(20.0), device=self.device)
         )
+        self.head: OptionEvidenceHead | None = None
+        """The option-evidence head (``head=True``): each option reads the state's tokens
+        for its own evidence, a learned correction on top of the cosine score."""
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": params, "lr": lr}, {"params": [self.log_scale], "lr": 1e-2}],
-            weight_decay=0.01,
-        )
+        groups = [{"params": params, "lr": lr}, {"params": [self.log_scale], "lr": 1e-2}]
+        if head:
+            hidden = int(base.config.hidden_size)
+            self.head = OptionEvidenceHead(HeadConfig(hidden_size=hidden, option_bank=False))
+            self.head.to(self.device)
+            groups.append({"params": list(self.head.parameters()), "lr": lr})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=0.01)
         self.batch_size = batch_size
         self.max_length = max_length
         self.label_smoothing = label_smoothing
@@ -122,6 +130,13 @@ class GeneralTrainer:
 
     def encode(self, texts: Sequence[str]) -> torch.Tensor:
         """Normalised mean-pooled vectors ``[N, H]``, as the engine pools them."""
+        return self.encode_tokens(texts)[0]
+
+    def encode_tokens(
+        self, texts: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pooled vectors ``[N, H]``, token states ``[N, L, H]`` (zero on padding, as the
+        engine hands them to a head) and the ``[N, L]`` mask."""
         enc = self.tokenizer(
             list(texts),
             padding=True,
@@ -132,15 +147,17 @@ class GeneralTrainer:
         ids, mask = enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
         hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
         m = mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
-        return torch.nn.functional.normalize(pooled, dim=-1)
+        hidden = hidden * m
+        pooled = hidden.sum(1) / m.sum(1).clamp(min=1.0)
+        return torch.nn.functional.normalize(pooled, dim=-1), hidden, mask.bool()
 
     def loss(self, items: Sequence[Item]) -> tuple[torch.Tensor, float]:
         """Label-smoothed CE + Brier over each item's options; also the batch accuracy."""
         texts = [option_texts(it.question, prompted=True) for it in items]
         unique = list(dict.fromkeys(t for ts in texts for t in ts))
         where = {t: i for i, t in enumerate(unique)}
-        states, options = self.encode([it.state for it in items]), self.encode(unique)
+        states, tokens, mask = self.encode_tokens([it.state for it in items])
+        options = self.encode(unique)
         width = max(len(ts) for ts in texts)
         index = torch.zeros(len(items), width, dtype=torch.long)
         valid = torch.zeros(len(items), width, dtype=torch.bool)
@@ -153,7 +170,16 @@ class GeneralTrainer:
             [TYPES.index(str(it.question.type)) for it in items],  # type: ignore[attr-defined]
             device=self.device,
         )
-        logits = (sims * self.log_scale.exp()[kinds].unsqueeze(1)).masked_fill(~valid, -1e4)
+        if self.head is None:
+            logits = sims * self.log_scale.exp()[kinds].unsqueeze(1)
+        else:  # one head pass per item: its options attend to each other
+            logits = torch.zeros_like(sims)
+            for i, (it, ts) in enumerate(zip(items, texts, strict=True)):
+                logits[i, : len(ts)] = self.head(
+                    tokens[i : i + 1], mask[i : i + 1], states[i : i + 1],
+                    options[index[i, : len(ts)]], str(it.question.type),  # type: ignore[attr-defined]
+                )[0]  # fmt: skip
+        logits = logits.masked_fill(~valid, -1e4)
         logp = torch.log_softmax(logits, dim=-1)
         target = torch.tensor([it.label for it in items], device=self.device)
         nll = -logp.gather(1, target.unsqueeze(1)).squeeze(1)
@@ -197,6 +223,8 @@ class GeneralTrainer:
 
         bases = [g["lr"] for g in self.optimizer.param_groups]
         self.model.train()
+        if self.head is not None:
+            self.head.train()
         started = time.monotonic()
         recent: list[tuple[float, float]] = []
         while self.step < steps:
@@ -210,7 +238,7 @@ class GeneralTrainer:
             loss, acc = self.loss(items)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(self._trained(), 1.0)
             self.optimizer.step()
             for g, base in zip(self.optimizer.param_groups, bases, strict=True):
                 g["lr"] = base  # the stored base rates stay what the run was started with
@@ -225,7 +253,7 @@ class GeneralTrainer:
                     steps,
                     sum(r[0] for r in recent) / n,
                     sum(r[1] for r in recent) / n,
-                    [round(float(s), 1) for s in self.log_scale.exp()],
+                    self.scales(),
                     (time.monotonic() - started) / max(1, n),
                 )
             if checkpoint is not None and self.step % checkpoint_every == 0:
@@ -233,7 +261,14 @@ class GeneralTrainer:
         if checkpoint is not None:
             self.save_checkpoint(checkpoint)
         self.model.eval()
+        if self.head is not None:
+            self.head.eval()
         return {"steps": self.step, "seconds": round(self.seconds, 1)}
+
+    def scales(self) -> list[float]:
+        """The inverse temperatures in training: per question type, or the head's one."""
+        learned = self.log_scale if self.head is None else self.head.log_scale.view(1)
+        return [round(float(s), 1) for s in learned.detach().exp()]
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -277,7 +312,13 @@ class GeneralTrainer:
 
     def _named(self) -> list[tuple[str, torch.nn.Parameter]]:
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        if self.head is not None:
+            named += [(f"head.{n}", p) for n, p in self.head.named_parameters()]
         return [*named, ("log_scale", self.log_scale)]
+
+    def _trained(self) -> list[torch.nn.Parameter]:
+        """The parameters whose gradients are clipped together (adapter and head)."""
+        return [p for n, p in self._named() if n != "log_scale"]
 
     # -- export ----------------------------------------------------------------------------
 
@@ -294,15 +335,28 @@ class GeneralTrainer:
         (adapter / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
+@torch.inference_mode()
 def raw_logits(engine: Any, items: Sequence[Item], batch: int = 64) -> list[torch.Tensor]:
-    """Uncalibrated option scores (cosine similarities) of ``items`` under ``engine``."""
+    """Uncalibrated option scores of ``items`` under ``engine``: cosine similarities, or
+    the option-evidence head's logits when the model has one."""
+    from clef_engine.heads.option_evidence import pad_tokens
+
+    module = getattr(engine.head, "module", None)
     out: list[torch.Tensor] = []
     for start in range(0, len(items), batch):
         chunk = items[start : start + batch]
-        pooled = engine.backbone.encode([it.state for it in chunk]).pooled.float()
+        encoded = engine.backbone.encode([it.state for it in chunk], return_tokens=True)
+        pooled = encoded.pooled.float()
+        tokens, mask = pad_tokens([s.float() for s in encoded.token_states])
         for i, it in enumerate(chunk):
             prepared = engine.prepare_question(it.question)
-            out.append(pooled[i] @ prepared.vectors.float().T)
+            if module is None:
+                out.append(pooled[i] @ prepared.vectors.float().T)
+                continue
+            kind = str(it.question.type)  # type: ignore[attr-defined]
+            logits = module(tokens[i : i + 1], mask[i : i + 1], pooled[i : i + 1],
+                            prepared.vectors.float(), kind)  # fmt: skip
+            out.append(logits[0])
     return out
 
 
@@ -330,8 +384,6 @@ def write_model_dir(
 ) -> Path:  # fmt: skip
     """Adapter + config.json with fp32 and int8 calibrations fitted on ``held``."""
     from clef_engine.backbones import PACKAGED
-    from clef_engine.calibration.temperature import Calibrator
-    from clef_engine.runtime.engine import DecisionEngine
 
     out.mkdir(parents=True, exist_ok=True)
     trainer.save_adapter(out)
@@ -343,7 +395,21 @@ def write_model_dir(
         "scorer": {"option_texts": "prompted"},
         "calibration": {},
     }
+    if trainer.head is not None:  # it answers every question: no trained option vectors
+        config["head"] = {**trainer.head.save(out), "scope": "all"}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return fit_calibrations(out, held, per_set=per_set, seed=seed, excluded=excluded)
+
+
+def fit_calibrations(
+    out: Path, held: dict[str, Any], *, per_set: int, seed: int, excluded: Sequence[str]
+) -> Path:
+    """Fit the fp32 and int8 calibrations of the model dir ``out`` on ``held`` (the run's
+    held-out training rows) into its ``config.json``; ``--recalibrate`` runs only this."""
+    from clef_engine.calibration.temperature import Calibrator
+    from clef_engine.runtime.engine import DecisionEngine
+
+    config = json.loads((out / "config.json").read_text())
     items = calibration_items(held, per_set, seed)
     source = (
         f"held-out decision-mix training rows ({len(items)} questions"
@@ -378,12 +444,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float, default=None)
     parser.add_argument("--calibration-per-set", type=int, default=400)
     parser.add_argument("--held-out", type=float, default=0.1)
+    parser.add_argument(
+        "--head", action="store_true", help="train an option-evidence head with the adapter"
+    )
+    parser.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="only refit the calibrations of the model dir --out (same --data, --seed, "
+        "--exclude and --held-out as its training run)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.threads:
         torch.set_num_threads(args.threads)
     sets = load_mixture(args.data, split="train", exclude=args.exclude)
     held = split_rows(sets, args.held_out, args.seed)
+    if args.recalibrate:
+        fit_calibrations(
+            Path(args.out), held, per_set=args.calibration_per_set, seed=args.seed,
+            excluded=args.exclude,
+        )  # fmt: skip
+        return 0
     sampler = MixtureSampler(sets, seed=args.seed)
     trainer = GeneralTrainer(
         rank=args.rank,
@@ -393,6 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         layers=args.layers or None,
         max_length=args.max_length,
         device=None if args.device == "auto" else args.device,
+        head=args.head,
     )
     out = Path(args.out)
     stats = trainer.train(

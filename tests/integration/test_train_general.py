@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from clef_engine import DecisionEngine, Noul
-from clef_engine.train.general import GeneralTrainer, main
-from clef_engine.train.mixture import MixtureSampler, load_mixture
+from clef_engine.train.general import GeneralTrainer, main, raw_logits
+from clef_engine.train.mixture import Item, MixtureSampler, load_mixture
 
 pytestmark = pytest.mark.integration
 
@@ -74,3 +75,40 @@ def test_the_command_writes_a_loadable_calibrated_model_dir(mixture: Path, tmp_p
     assert 0.0 < answer.answers["q"].noul < 1.0
     int8 = DecisionEngine.from_pretrained(out, quantize="int8")
     assert int8.calibrator.to_dict() == config["calibration_int8"]
+    # --recalibrate refits the calibrations of the dir on the same held-out rows, no training.
+    (out / "config.json").write_text(json.dumps({**config, "calibration": {}}))
+    assert main([*args, "--calibration-per-set", "40", "--exclude", "snips", "--recalibrate"]) == 0
+    again = json.loads((out / "config.json").read_text())
+    assert again["calibration"]["temperatures"] == pytest.approx(
+        config["calibration"]["temperatures"]
+    )
+
+
+def test_a_head_trains_resumes_and_answers_every_question(mixture: Path, tmp_path: Path) -> None:
+    """``--head``: the option-evidence head trains with the adapter, is checkpointed with
+    it, and the model dir's head answers questions it never saw, on prompted option texts,
+    with the calibration fitted on the head's own logits."""
+    sets = load_mixture(mixture)
+    first = GeneralTrainer(batch_size=4, seed=1, head=True)
+    first.train(MixtureSampler(sets, seed=1), 2, checkpoint=tmp_path / "ckpt")
+    again = GeneralTrainer(batch_size=4, seed=1, head=True)
+    again.load_checkpoint(tmp_path / "ckpt")
+    assert again.head is not None and first.head is not None
+    for (name, p), (_, q) in zip(again.head.named_parameters(), first.head.named_parameters()):
+        assert torch.equal(p, q), name
+    # Training moved the evidence correction off its zero start.
+    assert float(first.head.out.weight.detach().abs().sum()) > 0.0
+
+    out = tmp_path / "model"
+    args = ["--data", str(mixture), "--out", str(out), "--steps", "2", "--batch-size", "4"]
+    assert main([*args, "--calibration-per-set", "20", "--head"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["head"]["scope"] == "all" and config["head"]["questions"] == {}
+    engine = DecisionEngine.from_pretrained(out)
+    assert engine.head.prompted and engine.head.knows(Noul(instructions="Is it urgent?"))
+    question = Noul(instructions="Is it urgent?")
+    items = [Item("the server is down", question, 0, "x")]
+    raw = raw_logits(engine, items)[0]
+    expected = torch.softmax(engine.calibrator.scale(raw.double().unsqueeze(0), "noul", 2), -1)
+    answer = engine.decide("the server is down", {"q": question}).answers["q"]
+    assert answer.noul == pytest.approx(float(expected[0, 0]), abs=1e-6)
