@@ -113,7 +113,13 @@ def general_model(data: Json) -> str:
         "set's first version (before Do-Not-Answer's questions to the assistant joined its "
         "benign side), every other `prompt_injection` cell on the current one. Columns named "
         "`seed1` repeat a recipe with seed 1 (the others use seed 0): the gap between a "
-        "recipe's two seeds is run-to-run noise.",
+        "recipe's two seeds is run-to-run noise. `general`, `general_int8` and "
+        "`general_with_evidence_head_not_shipped` were calibrated after the option-order "
+        "fix of 2026-12-07 (abb8996); the other `_not_shipped` columns were calibrated "
+        "before it, so their ECE on 2- to 8-option choices (hate_offensive, snips, "
+        "tweeteval_emotion, tweeteval_stance) is that of too-flat temperatures; their "
+        "accuracies are unaffected. int8 accuracy moves with the CPU's int8 kernels: "
+        "`general_int8` was measured on AMD EPYC, the earlier int8 columns on Intel Xeon.",
         "",
         "Commands: `python -m benchmarks.general_model [--scorer similarity] [--quantize "
         "int8] --ten-shot`, `--latency-ab` for the latency rows; `--model DIR --name NAME` for "
