@@ -19,6 +19,11 @@ The run is resumable: a checkpoint (adapter, scales, optimizer, step) is written
 ``checkpoint_every`` steps, and each step's batch is drawn from a generator seeded by
 (seed, step), so a resumed run sees the same batches.
 
+``--recalibrate`` refits only the calibrations of an existing model dir (same data, seed
+and held-out fraction as its run). ``--head`` also trains an option-evidence head
+(:mod:`clef_engine.heads.option_evidence`) with the adapter; it was measured and is not
+the shipped recipe (``engine/data/general/MODEL_CARD.md``).
+
 Command:
     python -m clef_engine.train.general --data ../shared/data/decision-mix --out general-model
 """
