@@ -350,14 +350,16 @@ def raw_logits(engine: Any, items: Sequence[Item], batch: int = 64) -> list[torc
     out: list[torch.Tensor] = []
     for start in range(0, len(items), batch):
         chunk = items[start : start + batch]
-        encoded = engine.backbone.encode([it.state for it in chunk], return_tokens=True)
+        states = [it.state for it in chunk]
+        encoded = engine.backbone.encode(states, return_tokens=module is not None)
         pooled = encoded.pooled.float()
+        if module is None:
+            for i, it in enumerate(chunk):
+                out.append(pooled[i] @ engine.prepare_question(it.question).vectors.float().T)
+            continue
         tokens, mask = pad_tokens([s.float() for s in encoded.token_states])
         for i, it in enumerate(chunk):
             prepared = engine.prepare_question(it.question)
-            if module is None:
-                out.append(pooled[i] @ prepared.vectors.float().T)
-                continue
             kind = str(it.question.type)  # type: ignore[attr-defined]
             logits = module(tokens[i : i + 1], mask[i : i + 1], pooled[i : i + 1],
                             prepared.vectors.float(), kind)  # fmt: skip
