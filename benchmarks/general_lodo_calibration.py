@@ -125,23 +125,13 @@ def summary(probs: list[np.ndarray], labels: list[int]) -> dict[str, float]:
     }
 
 
-_FITTED: dict[tuple[int, str], Calibrator] = {}
-
-
-def _base_fit(runs: dict[str, Parts], name: str) -> Calibrator:
-    """Run ``name``'s own calibration (fitted once per run)."""
-    key = (id(runs), name)
-    if key not in _FITTED:
-        _FITTED[key] = fit(runs[name]["cal"], runs[name]["cal"]["logits"])
-    return _FITTED[key]
-
-
-def best_factor(runs: dict[str, Parts], names: Sequence[str], qtype: str) -> float:
+def best_factor(
+    runs: dict[str, Parts], fitted: dict[str, Calibrator], names: Sequence[str], qtype: str
+) -> float:
     """The factor minimising the pooled NLL of the left-out sets ``names`` of type ``qtype``."""
     chosen = [n for n in names if runs[n]["test"]["types"][0] == qtype]
     if not chosen:
         return 1.0
-    fitted = {n: _base_fit(runs, n) for n in chosen}
     losses = []
     for k in FACTORS:
         total = 0.0
@@ -153,16 +143,16 @@ def best_factor(runs: dict[str, Parts], names: Sequence[str], qtype: str) -> flo
     return float(FACTORS[int(np.argmin(losses))])
 
 
-def variants(runs: dict[str, Parts]) -> dict[str, dict[str, Any]]:
+def variants(runs: dict[str, Parts], fitted: dict[str, Calibrator]) -> dict[str, dict[str, Any]]:
     """Every left-out set under each treatment (nested factors for ``softened``)."""
     out: dict[str, dict[str, Any]] = {v: {} for v in ("base", "softened", *OFFSETS)}
     for name, run in runs.items():
         test, cal = run["test"], run["cal"]
         qtype = test["types"][0]
-        base = _base_fit(runs, name)
+        base = fitted[name]
         out["base"][name] = summary(probabilities(base, test["logits"], test["types"]),
                                     test["labels"])  # fmt: skip
-        k = best_factor(runs, [n for n in runs if n != name], qtype)
+        k = best_factor(runs, fitted, [n for n in runs if n != name], qtype)
         soft = probabilities(base, test["logits"], test["types"], {qtype: k})
         out["softened"][name] = {**summary(soft, test["labels"]), "factor": round(k, 3)}
         for label, (offset, weight) in OFFSETS.items():
@@ -263,9 +253,11 @@ def main() -> None:
         )
         return scores(engine, parts, cal)
 
-    factors = {t: best_factor(runs, list(runs), t) for t in ("noul", "choice", "score")}
+    # Each run's own calibration, fitted once on its calibration rows.
+    fitted = {n: fit(run["cal"], run["cal"]["logits"]) for n, run in runs.items()}
+    factors = {t: best_factor(runs, fitted, list(runs), t) for t in ("noul", "choice", "score")}
     report = {
-        "left_out": variants(runs),
+        "left_out": variants(runs, fitted),
         "factors_from_all_runs": {t: round(k, 3) for t, k in factors.items()},
         "shipped": shipped(cached(root / "probe_shipped_scores.pkl", compute_shipped), factors),
         "machine": machine(),
