@@ -15,7 +15,7 @@ import functools
 import os
 import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -186,26 +186,16 @@ class EncoderBackbone:
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self._token_ids(texts)]
 
-    def _windows(self, ids: list[int], lead: Sequence[int] = ()) -> list[list[int]]:
-        """``ids`` in windows of at most ``max_length`` tokens; ``lead`` (a question and its
-        separator) opens every window, and the text's share of a window shrinks to fit."""
+    def _windows(self, ids: list[int]) -> list[list[int]]:
         body = self.max_length - (int(self._cls is not None) + int(self._sep is not None))
-        body -= len(lead)
-        overlap = min(self.overlap, body // 2)
-        stride = max(1, body - overlap)
+        stride = max(1, body - self.overlap)
         chunks = [ids[start : start + body] for start in range(0, max(1, len(ids)), stride)]
         # Drop a trailing window that lies entirely inside its predecessor's overlap.
-        while len(chunks) > 1 and len(ids) - (len(chunks) - 1) * stride <= overlap:
+        while len(chunks) > 1 and len(ids) - (len(chunks) - 1) * stride <= self.overlap:
             chunks.pop()
         pre = [self._cls] if self._cls is not None else []
         post = [self._sep] if self._sep is not None else []
-        return [pre + list(lead) + c + post for c in chunks]
-
-    def _lead(self, question: str) -> list[int]:
-        """The tokens of ``question`` and a separator, cut to half a window at most."""
-        ids = self._token_ids([question])[0]
-        half = max(1, (self.max_length - 3) // 2)
-        return ids[:half] + ([self._sep] if self._sep is not None else [])
+        return [pre + c + post for c in chunks]
 
     # -- forward ----------------------------------------------------------------------
 
@@ -216,42 +206,15 @@ class EncoderBackbone:
         if not texts:
             raise InvalidRequestError("nothing to encode", field="texts")
         ids = self._token_ids(texts)
-        windows = [self._windows(x) for x in ids]
-        return self._encode(windows, [len(x) for x in ids], return_tokens, normalize)
-
-    @torch.inference_mode()
-    def encode_pairs(self, questions: list[str], texts: list[str]) -> Encoded:
-        """Encode each text with its question in front of every window,
-        ``[CLS] question [SEP] text [SEP]``: what a question-aware model reads
-        (:func:`clef_engine.heads.zero_shot.encode_with_questions`). ``tokens`` counts the
-        text's tokens and the question's once."""
-        if not texts or len(questions) != len(texts):
-            raise InvalidRequestError("encode_pairs needs one question per text", field="texts")
-        ids = self._token_ids(texts)
-        leads = [self._lead(q) for q in questions]
-        windows = [self._windows(x, lead) for x, lead in zip(ids, leads, strict=True)]
-        separators = int(self._sep is not None)
-        tokens = [len(x) + len(lead) - separators for x, lead in zip(ids, leads, strict=True)]
-        return self._encode(windows, tokens, False, True)
-
-    def _encode(
-        self,
-        per_text: list[list[list[int]]],
-        tokens: list[int],
-        return_tokens: bool,
-        normalize: bool,
-    ) -> Encoded:
-        """Run the windows ``per_text[i]`` of each text and mean-pool them back per text."""
         windows: list[list[int]] = []
         owner: list[int] = []
-        for i, text_windows in enumerate(per_text):
-            for w in text_windows:
+        for i, text_ids in enumerate(ids):
+            for w in self._windows(text_ids):
                 windows.append(w)
                 owner.append(i)
-        n = len(per_text)
-        sums = torch.zeros(n, self.hidden_size, dtype=torch.float32, device=self.device)
-        counts = torch.zeros(n, 1, dtype=torch.float32, device=self.device)
-        states: list[list[tuple[int, torch.Tensor]]] = [[] for _ in range(n)]
+        sums = torch.zeros(len(texts), self.hidden_size, dtype=torch.float32, device=self.device)
+        counts = torch.zeros(len(texts), 1, dtype=torch.float32, device=self.device)
+        states: list[list[tuple[int, torch.Tensor]]] = [[] for _ in texts]
         # Sort by length so that each forward pads as little as possible.
         order = sorted(range(len(windows)), key=lambda j: len(windows[j]))
         for start in range(0, len(order), MAX_WINDOW_BATCH):
@@ -274,7 +237,7 @@ class EncoderBackbone:
         pooled = sums / counts.clamp(min=1.0)
         if normalize:
             pooled = torch.nn.functional.normalize(pooled, dim=-1)
-        n_windows = [0] * n
+        n_windows = [0] * len(texts)
         for i in owner:
             n_windows[i] += 1
         token_states = None
@@ -282,7 +245,7 @@ class EncoderBackbone:
             token_states = [
                 torch.cat([s for _, s in sorted(parts, key=lambda x: x[0])]) for parts in states
             ]
-        return Encoded(pooled, n_windows, tokens, token_states)
+        return Encoded(pooled, n_windows, [len(x) for x in ids], token_states)
 
     def to(self, device: str | torch.device) -> EncoderBackbone:
         """Move to ``device``; the dtype follows it (bf16 on CUDA, fp32 elsewhere)."""

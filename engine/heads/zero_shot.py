@@ -9,11 +9,6 @@ logits with a temperature per (question type, option-count bucket):
 - ``noul`` with one side (or instructions only): ``sigmoid((cos - b) / T)`` with a fitted
   threshold ``b``, taken as P(yes) for the ``true`` side and 1 - that for ``false``.
 
-A question-aware model (the general model, :data:`clef_engine.runtime.general.QUESTION_AWARE`)
-reads each yes/no question's state with the question in front of it
-(``[CLS] question [SEP] state [SEP]``), so the encoder sees both at once; its other
-questions share the state's own vector.
-
 Options with ``examples`` switch the question to a :class:`PrototypeClassifier` fitted on
 the example embeddings; it carries its own cross-validated temperature. When there are
 enough examples (:data:`clef_engine.heads.memory.MIN_HELD_OUT`), the same folds also fit an
@@ -24,12 +19,10 @@ the examples' out-of-fold NLL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
-from clef_engine.backbones.base import Encoded
 from clef_engine.calibration.temperature import Calibrator
 from clef_engine.heads.base import PreparedQuestion, Scored, ScoringContext
 from clef_engine.heads.memory import FLOOR
@@ -72,35 +65,6 @@ def option_texts(question: _Question, *, prompted: bool = False) -> list[str]:
     raise TypeError(f"no option texts for question type {type(question).__name__}")
 
 
-def question_prefix(question: _Question) -> str | None:
-    """What a question-aware model (:data:`clef_engine.runtime.general.QUESTION_AWARE`)
-    reads in front of the state for ``question``: a yes/no question's instructions.
-
-    ``None`` for other questions and for a yes/no question without instructions: they
-    read the state alone, one encoding shared by all of a request's questions.
-    """
-    if not isinstance(question, Noul):
-        return None
-    return question.instructions_text() or None
-
-
-def question_state(question: _Question, text: str) -> str | None:
-    """``"<instructions> [SEP] <state>"``: the text a question-aware model was trained on
-    (the tokens of :func:`encode_with_questions`' first window), or ``None``
-    (:func:`question_prefix`)."""
-    prefix = question_prefix(question)
-    return None if prefix is None else f"{prefix} [SEP] {text}"
-
-
-def encode_with_questions(backbone: Any, questions: list[str], texts: list[str]) -> Encoded:
-    """Each state read with its question in front of every window (an encoder's
-    ``encode_pairs``; other backbones read ``"<question> [SEP] <state>"``)."""
-    pairs = getattr(backbone, "encode_pairs", None)
-    if pairs is not None:
-        return pairs(questions, texts)  # type: ignore[no-any-return]
-    return backbone.encode([f"{q} [SEP] {t}" for q, t in zip(questions, texts, strict=True)])  # type: ignore[no-any-return]
-
-
 def _join(instructions: str, text: str) -> str:
     return f"{instructions} {text}" if instructions else text
 
@@ -121,16 +85,6 @@ def prepare(question: _Question, *, prompted: bool = False) -> PreparedQuestion:
     return prepared
 
 
-@dataclass
-class QuestionState:
-    """A state read with one question in front (:meth:`ZeroShotHead.question_states`)."""
-
-    vector: torch.Tensor
-    """``[1, H]`` pooled vector."""
-    tokens: int
-    windows: int
-
-
 class ZeroShotHead:
     """Cosine similarity, calibrated per (type, option-count bucket).
 
@@ -139,8 +93,6 @@ class ZeroShotHead:
         prompted: Option texts carry the question's instructions (:func:`option_texts`);
             set for the general decision model, whose backbone was trained on such texts.
         fingerprint: Identity of the adapter merged into the backbone, if any.
-        question_aware: Yes/no questions read the state with the question in front
-            (:func:`question_state`); set for a general model trained that way.
     """
 
     needs_token_states = False
@@ -152,11 +104,9 @@ class ZeroShotHead:
         *,
         prompted: bool = False,
         fingerprint: str | None = None,
-        question_aware: bool = False,
     ) -> None:
         self.calibrator = calibrator or Calibrator.bundled()
         self.prompted = prompted
-        self.question_aware = question_aware
         self.fingerprint = fingerprint
         """Identity of adapted weights under this head (part of the model version)."""
 
@@ -171,79 +121,26 @@ class ZeroShotHead:
         self, context: ScoringContext, texts: list[str], requests: list[DecisionRequest]
     ) -> list[Scored]:
         """Encode each state once, then score every option of every question of a request
-        in one product with its state vector (:meth:`logits` calibrates). A question-aware
-        model also reads each yes/no question with its state (one more encoding each)."""
-        aware = self.question_states(context, texts, requests)
-        # A request whose questions all read the state with their question skips the
-        # state's own encoding (a single yes/no decision costs one forward, as before).
-        shared = [
-            i for i, r in enumerate(requests) if any((i, q) not in aware for q in r.questions)
-        ]
-        encoded = (
-            context.backbone.encode(
-                [texts[i] for i in shared], return_tokens=self.needs_token_states
-            )
-            if shared
-            else None
-        )
-        row = {i: j for j, i in enumerate(shared)}
+        in one product with its state vector (:meth:`logits` calibrates)."""
+        encoded = context.backbone.encode(texts, return_tokens=self.needs_token_states)
         out = []
         for i, request in enumerate(requests):
             qids = list(request.questions)
             prepared = {q: context.prepare(request.questions[q]) for q in qids}
+            state = encoded.pooled[i].float().unsqueeze(0)
+            # Every option of every question in one product with the state.
+            matrix = torch.cat([prepared[q].vectors for q in qids])  # type: ignore[misc]
+            sims = (state.to(matrix.dtype) @ matrix.T).float()
             probabilities = {}
-            if i in row:
-                assert encoded is not None
-                state = encoded.pooled[row[i]].float().unsqueeze(0)
-                tokens, windows = encoded.tokens[row[i]], encoded.windows[row[i]]
-                # Every option of every question in one product with the state.
-                matrix = torch.cat([prepared[q].vectors for q in qids])  # type: ignore[misc]
-                sims = (state.to(matrix.dtype) @ matrix.T).float()
-            else:
-                tokens, windows = 0, max(aware[(i, q)].windows for q in qids)
             offset = 0
             for qid in qids:
                 n = len(prepared[qid].names)
-                own = aware.get((i, qid))
-                if own is None:
-                    logits = self.logits(prepared[qid], sims[:, offset : offset + n], state)
-                else:
-                    vectors = prepared[qid].vectors
-                    assert vectors is not None
-                    sim = (own.vector.to(vectors.dtype) @ vectors.T).float()
-                    logits = self.logits(prepared[qid], sim, own.vector)
-                    tokens += own.tokens
+                logits = self.logits(prepared[qid], sims[:, offset : offset + n], state)
                 offset += n
                 probabilities[qid] = torch.softmax(logits.double(), dim=-1)[0]
-            tokens += sum(p.tokens for p in prepared.values())
-            out.append(Scored(probabilities, prepared, windows, tokens))
+            tokens = encoded.tokens[i] + sum(p.tokens for p in prepared.values())
+            out.append(Scored(probabilities, prepared, encoded.windows[i], tokens))
         return out
-
-    def question_states(
-        self, context: ScoringContext, texts: list[str], requests: list[DecisionRequest]
-    ) -> dict[tuple[int, str], QuestionState]:
-        """``{(request index, question id): state read with that question}`` for the
-        questions a question-aware model reads so (:func:`question_prefix`), all in one
-        batch; empty unless :attr:`question_aware`."""
-        if not self.question_aware:
-            return {}
-        keys: list[tuple[int, str]] = []
-        prefixes: list[str] = []
-        for i, request in enumerate(requests):
-            for qid, question in request.questions.items():
-                prefix = question_prefix(question)
-                if prefix is not None:
-                    keys.append((i, qid))
-                    prefixes.append(prefix)
-        if not keys:
-            return {}
-        encoded = encode_with_questions(context.backbone, prefixes, [texts[i] for i, _ in keys])
-        return {
-            key: QuestionState(
-                encoded.pooled[j].float().unsqueeze(0), encoded.tokens[j], encoded.windows[j]
-            )
-            for j, key in enumerate(keys)
-        }
 
     def logits(
         self, prepared: PreparedQuestion, similarity: torch.Tensor, state: torch.Tensor

@@ -179,10 +179,8 @@ class DecisionEngine:
         # The packaged general model: only on the packaged encoder, the default backbone.
         use_general = scorer == "general" and backbone == "encoder" and path is None
         fingerprint = None
-        question_aware = False
         if use_general:
             data = general.read_general_config()
-            question_aware = general.is_question_aware(data)
             backbone = load_backbone("encoder", None, device=device, dtype=dtype)
             fingerprint = "general:" + general.adapt_backbone(
                 backbone, general.GENERAL_DIR, quantize
@@ -198,12 +196,7 @@ class DecisionEngine:
         elif calibrator is None and getattr(backbone, "quantize", None) == "int8":
             # int8 shifts the similarities; it has its own fitted temperatures.
             calibrator = Calibrator.bundled("int8")
-        self.head: Head = ZeroShotHead(
-            calibrator,
-            prompted=use_general,
-            fingerprint=fingerprint,
-            question_aware=question_aware,
-        )
+        self.head: Head = ZeroShotHead(calibrator, prompted=use_general, fingerprint=fingerprint)
         # The general model answers questions without examples; options taught by examples
         # are fitted on the bare model's vectors, which scored higher on 10-shot BANKING77
         # (87.6 against 85.0 %, benchmarks/results/general_model.json): a second engine on

@@ -30,12 +30,6 @@ PROMPTED = "prompted"
 """``config.json["scorer"]["option_texts"]`` of a model trained on prompted option texts."""
 
 
-QUESTION_AWARE = "question_aware"
-"""``config.json["scorer"]["noul_state"]`` of a model trained to read each yes/no question
-with its state, ``"<instructions> [SEP] <state>"``
-(:func:`clef_engine.heads.zero_shot.question_state`), instead of the state alone."""
-
-
 def read_general_config(directory: Path = GENERAL_DIR) -> dict[str, Any]:
     path = directory / "config.json"
     try:
@@ -61,11 +55,6 @@ def calibration_for(data: dict[str, Any], quantize: str | None) -> Calibrator:
 def is_prompted(data: dict[str, Any]) -> bool:
     scorer = data.get("scorer") or {}
     return isinstance(scorer, dict) and scorer.get("option_texts") == PROMPTED
-
-
-def is_question_aware(data: dict[str, Any]) -> bool:
-    scorer = data.get("scorer") or {}
-    return isinstance(scorer, dict) and scorer.get("noul_state") == QUESTION_AWARE
 
 
 def adapt_backbone(backbone: Any, directory: Path, quantize: str | None) -> str:

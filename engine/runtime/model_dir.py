@@ -33,7 +33,7 @@ from clef_engine.backbones.adapter import ADAPTER_DIR
 from clef_engine.calibration.temperature import Calibrator
 from clef_engine.errors import ClefError, ModelLoadError
 from clef_engine.runtime import general
-from clef_engine.runtime.general import is_prompted, is_question_aware
+from clef_engine.runtime.general import is_prompted
 
 if TYPE_CHECKING:
     from clef_engine.runtime.engine import DecisionEngine
@@ -306,8 +306,6 @@ def _load_trained(
     engine = cls(backbone, **kwargs)
     if is_prompted(data):  # trained on option texts with the instructions in front
         engine.head.prompted = True
-    if is_question_aware(data):  # and on yes/no questions read with their state
-        engine.head.question_aware = True  # type: ignore[attr-defined]
     backbone_device = backbone.device
     info = data.get("head")
     if info:

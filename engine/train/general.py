@@ -43,12 +43,7 @@ from typing import Any
 import torch
 
 from clef_engine.heads.option_evidence import HeadConfig, OptionEvidenceHead
-from clef_engine.heads.zero_shot import (
-    encode_with_questions,
-    option_texts,
-    question_prefix,
-    question_state,
-)
+from clef_engine.heads.zero_shot import option_texts
 from clef_engine.train.mixture import Item, MixtureSampler, load_mixture
 
 log = logging.getLogger(__name__)
@@ -88,7 +83,6 @@ class GeneralTrainer:
         seed: int = 0,
         device: str | None = "cpu",
         head: bool = False,
-        question_aware: bool = False,
     ) -> None:
         import peft
 
@@ -128,9 +122,6 @@ class GeneralTrainer:
             self.head.to(self.device)
             groups.append({"params": list(self.head.parameters()), "lr": lr})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=0.01)
-        self.question_aware = question_aware
-        """Yes/no questions read their state with the question in front
-        (:func:`clef_engine.heads.zero_shot.question_state`)."""
         self.batch_size = batch_size
         self.max_length = max_length
         self.label_smoothing = label_smoothing
@@ -165,18 +156,12 @@ class GeneralTrainer:
         pooled = hidden.sum(1) / m.sum(1).clamp(min=1.0)
         return torch.nn.functional.normalize(pooled, dim=-1), hidden, mask.bool()
 
-    def state_text(self, item: Item) -> str:
-        """The text read for ``item``'s state (with its question, when question-aware)."""
-        if self.question_aware:
-            return question_state(item.question, item.state) or item.state
-        return item.state
-
     def loss(self, items: Sequence[Item]) -> tuple[torch.Tensor, float]:
         """Label-smoothed CE + Brier over each item's options; also the batch accuracy."""
         texts = [option_texts(it.question, prompted=True) for it in items]
         unique = list(dict.fromkeys(t for ts in texts for t in ts))
         where = {t: i for i, t in enumerate(unique)}
-        states, tokens, mask = self.encode_tokens([self.state_text(it) for it in items])
+        states, tokens, mask = self.encode_tokens([it.state for it in items])
         options = self.encode(unique)
         width = max(len(ts) for ts in texts)
         index = torch.zeros(len(items), width, dtype=torch.long)
@@ -369,19 +354,6 @@ def raw_logits(engine: Any, items: Sequence[Item], batch: int = 64) -> list[torc
         encoded = engine.backbone.encode(states, return_tokens=module is not None)
         pooled = encoded.pooled.float()
         if module is None:
-            aware = [
-                (i, prefix)
-                for i, it in enumerate(chunk)
-                if getattr(engine.head, "question_aware", False)
-                and (prefix := question_prefix(it.question)) is not None
-            ]
-            if aware:  # yes/no questions read with their state, as the engine reads them
-                own = encode_with_questions(
-                    engine.backbone, [p for _, p in aware], [chunk[i].state for i, _ in aware]
-                ).pooled.float()
-                pooled = pooled.clone()
-                for j, (i, _) in enumerate(aware):
-                    pooled[i] = own[j]
             for i, it in enumerate(chunk):
                 out.append(pooled[i] @ engine.prepare_question(it.question).vectors.float().T)
             continue
@@ -419,7 +391,6 @@ def write_model_dir(
 ) -> Path:  # fmt: skip
     """Adapter + config.json with fp32 and int8 calibrations fitted on ``held``."""
     from clef_engine.backbones import PACKAGED
-    from clef_engine.runtime.general import QUESTION_AWARE
 
     out.mkdir(parents=True, exist_ok=True)
     trainer.save_adapter(out)
@@ -431,8 +402,6 @@ def write_model_dir(
         "scorer": {"option_texts": "prompted"},
         "calibration": {},
     }
-    if trainer.question_aware:
-        config["scorer"]["noul_state"] = QUESTION_AWARE
     if trainer.head is not None:  # it answers every question: no trained option vectors
         config["head"] = {**trainer.head.save(out), "scope": "all"}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -486,11 +455,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--head", action="store_true", help="train an option-evidence head with the adapter"
     )
     parser.add_argument(
-        "--question-aware",
-        action="store_true",
-        help="read each yes/no question's state with the question in front",
-    )
-    parser.add_argument(
         "--recalibrate",
         action="store_true",
         help="only refit the calibrations of the model dir --out (same --data, --seed, "
@@ -518,7 +482,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_length=args.max_length,
         device=None if args.device == "auto" else args.device,
         head=args.head,
-        question_aware=args.question_aware,
     )
     out = Path(args.out)
     stats = trainer.train(

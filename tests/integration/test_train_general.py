@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clef_engine import Choice, DecisionEngine, Noul
-from clef_engine.heads.zero_shot import question_state
+from clef_engine import DecisionEngine, Noul
 from clef_engine.train.general import GeneralTrainer, main, raw_logits
 from clef_engine.train.mixture import Item, MixtureSampler, load_mixture
 
@@ -113,39 +112,3 @@ def test_a_head_trains_resumes_and_answers_every_question(mixture: Path, tmp_pat
     expected = torch.softmax(engine.calibrator.scale(raw.double().unsqueeze(0), "noul", 2), -1)
     answer = engine.decide("the server is down", {"q": question}).answers["q"]
     assert answer.noul == pytest.approx(float(expected[0, 0]), abs=1e-6)
-
-
-def test_a_question_aware_model_reads_yes_no_questions_with_their_state(
-    mixture: Path, tmp_path: Path
-) -> None:
-    """``--question-aware``: the model dir says so, and the engine then reads a yes/no
-    question's state with the question in front, the same way in answers and in the
-    calibration fit; other questions still share the state's own vector."""
-    out = tmp_path / "model"
-    args = ["--data", str(mixture), "--out", str(out), "--steps", "2", "--batch-size", "4"]
-    assert main([*args, "--calibration-per-set", "20", "--question-aware"]) == 0
-    config = json.loads((out / "config.json").read_text())
-    assert config["scorer"] == {"option_texts": "prompted", "noul_state": "question_aware"}
-    engine = DecisionEngine.from_pretrained(out)
-    assert engine.head.question_aware  # type: ignore[attr-defined]
-    state, question = "the server is down", Noul(instructions="Is it urgent?")
-    team = Choice(instructions="Which team?", criteria=["ops", "sales"])
-    raw = raw_logits(engine, [Item(state, question, 0, "x")])[0]
-    text = question_state(question, state)
-    assert text == "Is it urgent? [SEP] the server is down"
-    vector = engine.backbone.encode([text]).pooled[0].float()
-    prepared = engine.prepare_question(question)
-    assert prepared.vectors is not None
-    assert torch.allclose(raw, vector @ prepared.vectors.float().T, atol=1e-5)
-    expected = torch.softmax(engine.calibrator.scale(raw.double().unsqueeze(0), "noul", 2), -1)
-    aware = engine.decide(state, {"q": question, "team": team})
-    assert aware.answers["q"].noul == pytest.approx(float(expected[0, 0]), abs=1e-6)
-
-    engine.head.question_aware = False  # type: ignore[attr-defined]
-    plain = engine.decide(state, {"q": question, "team": team})
-    assert plain.answers["q"].noul != pytest.approx(aware.answers["q"].noul, abs=1e-6)
-    assert plain.answers["team"].probabilities == pytest.approx(
-        aware.answers["team"].probabilities, abs=1e-9
-    )
-    # The second reading of the state is counted in the usage.
-    assert aware.usage.input_tokens > plain.usage.input_tokens

@@ -21,7 +21,6 @@ from clef_engine import (
     StateTooLargeError,
     UnsupportedQuestionError,
 )
-from clef_engine.heads.zero_shot import question_state
 
 QUESTIONS = {
     "route": Choice(
@@ -164,51 +163,6 @@ def test_windows_cover_every_token(tiny_engine):
     assert all(len(w) <= backbone.max_length for w in windows)
     covered = {t for w in body for t in w}
     assert covered == set(ids)
-
-
-def test_pairs_put_the_question_in_front_of_every_window(tiny_engine):
-    """A question-aware reading: ``[CLS] question [SEP] chunk [SEP]`` in every window, the
-    chunks covering the whole state, each window within ``max_length``; a short pair reads
-    exactly as the joined text a question-aware model was trained on."""
-    backbone = tiny_engine.backbone
-    question, state = "is it urgent?", "refund payment money " * 30
-    q = backbone._token_ids([question])[0]
-    ids = backbone._token_ids([state])[0]
-    windows = backbone._windows(ids, backbone._lead(question))
-    assert len(windows) > 1 and all(len(w) <= backbone.max_length for w in windows)
-    lead = [backbone._cls, *q, backbone._sep]
-    assert all(w[: len(lead)] == lead and w[-1] == backbone._sep for w in windows)
-    assert {t for w in windows for t in w[len(lead) : -1]} == set(ids)
-    encoded = backbone.encode_pairs([question], [state])
-    assert encoded.windows == [len(windows)] and encoded.tokens == [len(ids) + len(q)]
-    short = backbone.encode_pairs([question], ["refund please"]).pooled
-    joined = backbone.encode([question_state(Noul(instructions=question), "refund please")])
-    assert torch.allclose(short, joined.pooled, atol=1e-6)
-
-
-def test_a_question_aware_head_reads_yes_no_questions_with_their_state(tiny_engine):
-    engine = DecisionEngine(tiny_engine.backbone, warmup=False)
-    engine.head.prompted = True
-    question = Noul(instructions="is it urgent?")
-    route = Choice(instructions="route", criteria=["billing", "tech"])
-    plain = engine.decide("refund please", {"q": question, "r": route})
-    engine.head.question_aware = True
-    aware = engine.decide("refund please", {"q": question, "r": route})
-    only = engine.decide("refund please", {"q": question})
-    vector = engine.backbone.encode_pairs(["is it urgent?"], ["refund please"]).pooled.float()
-    raw = vector @ engine.prepare_question(question).vectors.float().T
-    expected = torch.softmax(engine.calibrator.scale(raw.double(), "noul", 2), -1)[0, 0]
-    assert aware.answers["q"].noul == pytest.approx(float(expected), abs=1e-6)
-    assert only.answers["q"].noul == pytest.approx(float(expected), abs=1e-6)
-    assert aware.answers["q"].noul != pytest.approx(plain.answers["q"].noul, abs=1e-6)
-    assert aware.answers["r"].probabilities == plain.answers["r"].probabilities
-    # Usage counts every reading: the state alone, and the state with the question.
-    state_tokens = engine.backbone.count_tokens(["refund please"])[0]
-    question_tokens = engine.backbone.count_tokens(["is it urgent?"])[0]
-    assert aware.usage.input_tokens == plain.usage.input_tokens + state_tokens + question_tokens
-    # A request with only such questions skips the state's own reading.
-    options = engine.prepare_question(question).tokens
-    assert only.usage.input_tokens == state_tokens + question_tokens + options
 
 
 def test_state_cap_is_enforced(tiny_engine):
