@@ -1,4 +1,7 @@
-"""benchmarks.general_soup: the averaged adapter merges to the mean of the runs' updates."""
+"""benchmarks.general_soup: the averaged adapter merges to the mean of the runs' updates.
+
+Lab code's test, kept beside it and out of the library's suite (tests/ never imports
+benchmarks/): ``python -m pytest benchmarks/test_general_soup.py``."""
 
 from __future__ import annotations
 
