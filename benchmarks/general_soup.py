@@ -5,8 +5,8 @@ runs, which is again a LoRA update, of rank ``sum(r_i)``: the ``A_i`` stacked, t
 side by side, each scaled by ``s_i / n`` (:func:`soup_adapters`). A module one run does not
 adapt contributes zeros. The soup is written as a model dir (the first run's
 ``config.json``), and its fp32 and int8 temperatures are fitted again on the held-out
-mixture rows of ``clef_engine.train.general`` (seed 0, 10 %: every run must have been
-trained with ``--seed 0``, so none saw them). Score it with
+mixture rows of ``clef_engine.train.general`` (split seed 0, 10 %: every run must have
+been trained with ``--seed 0`` or ``--split-seed 0``, so none saw them). Score it with
 ``python -m benchmarks.general_model --model OUT --name NAME``.
 
     python -m benchmarks.general_soup --models engine/data/general /tmp/l0/m --out /tmp/soup
@@ -78,7 +78,7 @@ def soup_adapters(adapters: list[Path], out: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", required=True, help="model dirs (seed 0)")
+    parser.add_argument("--models", nargs="+", required=True, help="model dirs (split seed 0)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     models = [Path(m) for m in args.models]

@@ -20,7 +20,9 @@ The run is resumable: a checkpoint (adapter, scales, optimizer, step) is written
 (seed, step), so a resumed run sees the same batches.
 
 ``--recalibrate`` refits only the calibrations of an existing model dir (same data, seed
-and held-out fraction as its run). ``--head`` also trains an option-evidence head
+and held-out fraction as its run). ``--split-seed`` picks the held-out rows independently
+of ``--seed``, so runs of several seeds can hold out the same rows (and be averaged by
+``benchmarks/general_soup.py``). ``--head`` also trains an option-evidence head
 (:mod:`clef_engine.heads.option_evidence`) with the adapter; it was measured and is not
 the shipped recipe (``engine/data/general/MODEL_CARD.md``).
 
@@ -452,20 +454,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calibration-per-set", type=int, default=400)
     parser.add_argument("--held-out", type=float, default=0.1)
     parser.add_argument(
+        "--split-seed",
+        type=int,
+        default=None,
+        help="seed of the held-out calibration rows (default: --seed); runs that are to be "
+        "averaged or compared on one calibration set share it",
+    )
+    parser.add_argument(
         "--head", action="store_true", help="train an option-evidence head with the adapter"
     )
     parser.add_argument(
         "--recalibrate",
         action="store_true",
         help="only refit the calibrations of the model dir --out (same --data, --seed, "
-        "--exclude and --held-out as its training run)",
+        "--split-seed, --exclude and --held-out as its training run)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.threads:
         torch.set_num_threads(args.threads)
     sets = load_mixture(args.data, split="train", exclude=args.exclude)
-    held = split_rows(sets, args.held_out, args.seed)
+    held = split_rows(
+        sets, args.held_out, args.seed if args.split_seed is None else args.split_seed
+    )
     if args.recalibrate:
         fit_calibrations(
             Path(args.out), held, per_set=args.calibration_per_set, seed=args.seed,

@@ -56,7 +56,9 @@ def test_a_resumed_run_continues_where_it_stopped(mixture: Path, tmp_path: Path)
     assert [(x.state, x.label) for x in a] == [(y.state, y.label) for y in b]
 
 
-def test_the_command_writes_a_loadable_calibrated_model_dir(mixture: Path, tmp_path: Path) -> None:
+def test_the_command_writes_a_loadable_calibrated_model_dir(
+    mixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "model"
     args = ["--data", str(mixture), "--out", str(out), "--steps", "2", "--batch-size", "4"]
     assert main([*args, "--calibration-per-set", "40", "--exclude", "snips"]) == 0
@@ -82,6 +84,20 @@ def test_the_command_writes_a_loadable_calibrated_model_dir(mixture: Path, tmp_p
     assert again["calibration"]["temperatures"] == pytest.approx(
         config["calibration"]["temperatures"]
     )
+    # The held-out rows follow --split-seed when given (runs of two seeds share them).
+    from clef_engine.train import general
+
+    split_seeds: list[int] = []
+    real_split = general.split_rows
+
+    def recording_split(sets: object, fraction: float, seed: int) -> object:
+        split_seeds.append(seed)
+        return real_split(sets, fraction, seed)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(general, "split_rows", recording_split)
+    recal = [*args, "--calibration-per-set", "40", "--recalibrate", "--seed", "3"]
+    assert main(recal) == 0 and main([*recal, "--split-seed", "0"]) == 0
+    assert split_seeds == [3, 0]
 
 
 def test_a_head_trains_resumes_and_answers_every_question(mixture: Path, tmp_path: Path) -> None:
