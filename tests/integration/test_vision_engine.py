@@ -286,3 +286,51 @@ def test_ocr_runtime_choice_is_checked(monkeypatch) -> None:
     for _ in range(2):  # a failed load is not cached as a half-built ONNX Runtime engine
         with pytest.raises(MissingDependencyError, match=r"pip install 'clef-agents\[vision\]'"):
             wanted.read(draw_login())
+
+
+def test_openvino_recogniser_pads_line_batches_to_recurring_shapes() -> None:
+    """OpenVINO prepares kernels per new input shape; the recogniser session pads each
+    line batch to ``rec_batch`` rows and a bucketed width and returns only the real rows."""
+    import numpy as np
+
+    from clef_engine.backbones.vision.ocr import _OpenVinoSession, rec_width
+
+    assert [rec_width(w) for w in (160, 161, 321, 640, 641, 1280, 1281)] == [
+        160, 176, 352, 640, 704, 1280, 1408,
+    ]  # fmt: skip
+    assert all(w <= rec_width(w) <= 1.1 * w for w in range(160, 4000))
+
+    seen: list[tuple[int, ...]] = []
+
+    class Request:
+        def infer(self, inputs: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+            x = inputs[0]
+            seen.append(x.shape)
+            return {"out": x[:, 0, 0, :].copy()}  # one row per input row
+
+    session = _OpenVinoSession.__new__(_OpenVinoSession)
+    session._request, session._output, session.batch = Request(), "out", 4
+    batch = np.random.default_rng(0).random((3, 3, 48, 170), dtype=np.float32)
+    [out] = session(batch)
+    assert seen == [(4, 3, 48, 176)]
+    assert out.shape == (3, 176)
+    np.testing.assert_array_equal(out[:, :170], batch[:, 0, 0, :])
+    assert not out[:, 170:].any()  # RapidOCR's own padding value (0 after normalising)
+    session.batch = None  # the detector: inputs go through as they are
+    session(batch)
+    assert seen[-1] == (3, 3, 48, 170)
+
+
+def test_detector_input_is_normalised_in_float32_with_the_same_values() -> None:
+    import numpy as np
+    from rapidocr_onnxruntime.ch_ppocr_det.utils import DetPreProcess
+
+    from clef_engine.backbones.vision.ocr import RapidOcr
+
+    det = RapidOcr(runtime="onnxruntime")._load().text_det
+    fast = det.get_preprocess(1280)
+    assert fast.mean.dtype == np.float32 and fast.std.dtype == np.float32
+    image = np.random.default_rng(1).integers(0, 256, (96, 160, 3), dtype=np.uint8)
+    reference = DetPreProcess(fast.limit_side_len, fast.limit_type)(image)  # float64 maths
+    assert reference is not None
+    np.testing.assert_allclose(fast(image), reference, rtol=0, atol=1e-6)
