@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import machine  # noqa: E402
 from benchmarks.template_pages import DATA as TEMPLATE_DATA  # noqa: E402
 from benchmarks.template_pages import load_manifest, select  # noqa: E402
 from benchmarks.template_pages import render as render_templates  # noqa: E402
@@ -315,9 +316,11 @@ def main() -> None:
         "ocr_runtime": reader.runtime,
         "threads": args.threads or len(os.sched_getaffinity(0)),
         "machine": {
+            **machine(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "load_avg_1m": os.getloadavg()[0],
+            "ocr_precision": reader.precision,
         },
         "render_seconds": round(render_s, 2),
         "latency_ms": {

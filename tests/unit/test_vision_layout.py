@@ -359,3 +359,22 @@ def test_a_navbar_read_as_one_line_is_one_element_per_link() -> None:
     assert split_at_gaps(np.asarray(img), prose) == [prose]  # word spaces do not split
     texts = [e.text for e in analyse(img, [navbar, prose])]
     assert "Blog" in texts and "Home About Blog Portfolio" not in texts
+
+
+def test_colour_mask_from_opencv_matches_the_numpy_sum(monkeypatch) -> None:
+    """``_close`` runs on OpenCV when it is there; its channel sum saturates at 255, above
+    the tolerance, so the mask must equal the exact NumPy sum's on any pixels."""
+    from clef_engine.backbones.vision import layout
+
+    rng = np.random.default_rng(3)
+    pixels = rng.integers(0, 256, (40, 70, 3), dtype=np.uint8)
+    pixels[::3] = (250, 249, 251)  # rows near the fill colour
+    pixels[1::3, ::2] = (230, 240, 245)  # and pixels near the tolerance
+    colour = np.array([250, 250, 250], np.int32)
+    window = pixels[5:35, 10:60]  # a non-contiguous view, as layout passes
+    fast = layout._close(window, colour)
+    monkeypatch.setattr(layout, "available", lambda: False)
+    exact = layout._close(window, colour)
+    assert fast.shape == exact.shape == (30, 50)
+    assert 0 < exact.sum() < exact.size  # both outcomes occur
+    np.testing.assert_array_equal(fast, exact)

@@ -87,3 +87,35 @@ def test_read_faint_reads_the_placeholder_of_an_input() -> None:
     read, empty = ocr.read_faint(img, [FIELD, (120, 180, 520, 220)])
     assert read is not None and read.text == "Username", read
     assert empty is None
+
+
+def test_covered_tells_each_quad_whose_centre_lies_in_a_found_box() -> None:
+    from clef_engine.backbones.vision.ocr import _covered
+
+    found = [_quad(0, 0, 100, 20), _quad(200, 50, 400, 80)]
+    quads = [
+        _quad(10, 2, 60, 18),  # inside the first box
+        _quad(150, 60, 350, 70),  # centre (250, 65): inside the second
+        _quad(90, 10, 190, 30),  # centre (140, 20): between them
+        _quad(350, 75, 500, 95),  # overlaps the second, centre (425, 85) outside
+    ]
+    assert _covered(quads, found) == [True, True, False, False]
+    assert _covered(quads, []) == [False] * 4
+    assert _covered([], found) == []
+    # The same as asking one pair at a time, on random boxes.
+    rng = np.random.default_rng(0)
+    boxes = []
+    for _ in range(30):
+        (left, right), (top, bottom) = np.sort(rng.uniform(0, 500, (2, 2)), axis=1)
+        boxes.append(_quad(left, top, right, bottom))
+    lines = [_quad(x, y, x + 40, y + 10) for x, y in rng.uniform(0, 500, (40, 2))]
+    one_by_one = [
+        any(
+            b[:, 0].min() <= q[:, 0].mean() <= b[:, 0].max()
+            and b[:, 1].min() <= q[:, 1].mean() <= b[:, 1].max()
+            for b in boxes
+        )
+        for q in lines
+    ]
+    assert _covered(lines, boxes) == one_by_one
+    assert 0 < sum(one_by_one) < len(lines)
