@@ -87,6 +87,8 @@ def machine(info: Any) -> str:
     for key in ("transformers", "peft"):
         if info.get(key):
             parts.append(f"{key} {info[key]}")
+    if info.get("ocr_precision"):
+        parts.append(f"OCR recogniser in {info['ocr_precision']}")
     if info.get("load_avg_1m") is not None:
         parts.append(f"load average {info['load_avg_1m']:.1f}")
     if info.get("commit"):
@@ -558,6 +560,31 @@ def vision_screenshots(data: Json) -> str:
                 "held-out pages: page type / boxes",
                 f"{_frac(holdout.get('classifier_accuracy'))} of {holdout.get('pages')} / "
                 f"{holdout.get('box_hits')}/{holdout.get('box_targets')}",
+            ]
+        )
+    templates = data.get("template_pages") or {}
+    for split in ("heldout", "tune"):
+        part = templates.get(split)
+        if not isinstance(part, dict):
+            continue
+        lat_split = part.get("latency_ms_end_to_end") or {}
+        rows.append(
+            [
+                f"template pages, {split}: page type / boxes / end to end p50 / p95",
+                f"{part.get('page_type_correct')}/{part.get('pages')} = "
+                f"{_frac(part.get('page_type_accuracy'))} / "
+                f"{part.get('box_hits')}/{part.get('box_targets')} = "
+                f"{_frac(part.get('box_hit_rate'))} / "
+                f"{_num(lat_split.get('p50'))} / {_num(lat_split.get('p95'))} ms",
+            ]
+        )
+    heavy = templates.get("latency_ms_end_to_end_text_heavy")
+    if isinstance(heavy, dict):
+        rows.append(
+            [
+                f"template pages with {templates.get('text_heavy_min_ocr_lines')}+ OCR lines: "
+                "end to end p50 / p95",
+                f"{_num(heavy.get('p50'))} / {_num(heavy.get('p95'))} ms",
             ]
         )
     confusions = data.get("confusions") or {}
