@@ -161,7 +161,9 @@ def _module_dicts(source: str) -> dict[str, dict]:
     return out
 
 
-def _fill(template: str, payloads: Sequence[str], triggers: Sequence[str], rng) -> str:
+def _fill(
+    template: str, payloads: Sequence[str], triggers: Sequence[str], rng: random.Random
+) -> str:
     payload = rng.choice(payloads).replace(MARKERS["TRIGGER_MARKER"], rng.choice(triggers))
     return template.replace(MARKERS["PAYLOAD_MARKER"], payload)
 
@@ -170,7 +172,9 @@ def _words(text: str, most: int) -> str:
     return " ".join(text.split()[:most])
 
 
-def _latent_pieces(classes: dict[str, dict[str, list]], whois: Sequence[str], rng) -> tuple:
+def _latent_pieces(
+    classes: dict[str, dict[str, list]], whois: Sequence[str], rng: random.Random
+) -> tuple:
     """Hidden instructions (payloads filled in), benign passages, task wrappers, separators."""
     injections: list[str] = []
     documents: list[str] = list(whois)

@@ -411,7 +411,7 @@ def _attach_labels(elements: list[Element]) -> list[Element]:
 
 
 def _control_for(
-    box: Box4, controls: Sequence[Control], page_width: int, array: np.ndarray | None = None
+    box: Box4, controls: Sequence[Control], page_width: int, array: np.ndarray
 ) -> tuple[tuple[int, int, int, int], str] | None:
     """The smallest detected control around a text box, with the role its text gives it."""
     best: tuple[int, tuple[int, int, int, int], str] | None = None
