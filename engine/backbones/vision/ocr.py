@@ -179,8 +179,9 @@ class RapidOcr:
 
     @property
     def precision(self) -> str:
-        """The recogniser's arithmetic once loaded: OpenVINO picks ``"bf16"`` on CPUs with
-        AMX (and reads a few lines differently from ``"f32"``); ONNX Runtime is ``"f32"``."""
+        """The recogniser's arithmetic (loads the models on first use): OpenVINO picks
+        ``"bf16"`` on CPUs with AMX (and reads a few lines differently from ``"f32"``);
+        ONNX Runtime is ``"f32"``."""
         session = getattr(getattr(self._load(), "text_rec", None), "session", None)
         return str(getattr(session, "precision", "f32"))
 
