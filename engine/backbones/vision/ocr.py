@@ -483,7 +483,7 @@ class _OpenVinoSession:
         self._request = model.create_infer_request()
         self._output = model.output(0)
         self.batch = batch
-        # bf16 where the CPU has AMX or AVX512-BF16 and OpenVINO picks it, else f32.
+        # bf16 where OpenVINO picks it for this CPU (it does with AMX), else f32.
         hint = model.get_property("INFERENCE_PRECISION_HINT")
         self.precision = str(getattr(hint, "to_string", lambda: hint)())
 
