@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -51,6 +50,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._common import machine  # noqa: E402
 from benchmarks.template_pages import load_manifest  # noqa: E402
 from clef_agents.browser import chromium, find_chromium  # noqa: E402
 from clef_agents.vision import ScreenshotClassifier  # noqa: E402
@@ -294,7 +294,7 @@ def main() -> None:
         rows += template_rows(engine, args.renders, timings if args.latency else None, splits)
     fit_groups = {"fit", "templates_tune"} if args.fit_tune else {"fit"}
     out: dict[str, Any] = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "machine": machine(),
         "load_average": os.getloadavg()[0],
         "calibration": {},
         "fit_on": sorted(fit_groups),

@@ -294,8 +294,8 @@ def clickable_region(evidence: ImageEvidence, index: int) -> Sequence[float]:
 
 
 CALIBRATION: dict[str, tuple[float, float]] = {
-    "pixels": (0.5163, 1.2998),
-    "dom": (0.9355, 2.2849),
+    "pixels": (0.5796, 0.9466),
+    "dom": (0.6462, 3.0023),
 }
 """Per evidence source, ``(a, c)`` of ``P(hit) = sigmoid(a·logit(p) + c)`` (Platt scaling),
 where ``p`` is the softmax probability of the best candidate. Fit by logistic regression
