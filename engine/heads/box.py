@@ -245,6 +245,11 @@ def page_chrome(evidence: ImageEvidence) -> list[bool]:
     return evidence.chrome_flags
 
 
+_TIE = 1e-4
+"""Candidates whose logits are this close to the best one's are tied (float noise: the six
+identical buttons of a fixture page differed by 1e-6)."""
+
+
 def locate(
     embed: Callable[[Sequence[str]], torch.Tensor],
     instructions: str,
@@ -268,7 +273,10 @@ def locate(
     in_chrome = [c for ev in evidence for c in page_chrome(ev)]
     logits = candidate_logits(embed, instructions, [e for _, _, e in candidates], in_chrome)
     probs = torch.softmax(logits.double(), dim=0)
-    best = int(torch.argmax(probs))
+    # Identical elements (six "Add to cart" buttons) score the same up to float noise,
+    # which made argmax pick a different one from run to run; the first in reading order
+    # wins a tie, so "the first add to cart button" and repeated questions agree.
+    best = int(torch.nonzero(logits >= logits.max() - _TIE).flatten()[0])
     image, index, _ = candidates[best]
     region = clickable_region(evidence[image], index)
     answer = BoxAnswer(

@@ -194,3 +194,19 @@ def test_a_small_select_is_named_by_the_words_around_it() -> None:
     answer = box.locate(_embed, "the show entries dropdown", [evidence])
     assert answer.box is not None
     assert answer.box.to_pixels(1280, 800).left == pytest.approx(345, abs=0.1)
+
+
+def test_tied_candidates_resolve_to_the_first_in_reading_order(monkeypatch) -> None:
+    """Identical elements score the same up to float noise; whichever noise wins, the
+    answer is the first of them in reading order, the same on every run."""
+    elements = [_el("Add to cart", "button", left) for left in (100.0, 400.0, 700.0)]
+    evidence = ImageEvidence("d", 1280, 800, elements)
+    for noise in ([0.0, 1e-6, 0.0], [0.0, 0.0, 1e-6], [1e-6, 0.0, 0.0]):
+        logits = torch.tensor([2.0, 2.0, 2.0]) + torch.tensor(noise)
+        monkeypatch.setattr(box, "candidate_logits", lambda *a, _l=logits, **k: _l)
+        answer = box.locate(_embed, "the first add to cart button", [evidence])
+        assert answer.box is not None and answer.box.left == pytest.approx(100 / 1280, abs=1e-4)
+    # A real lead is no tie: the better candidate wins wherever it stands.
+    monkeypatch.setattr(box, "candidate_logits", lambda *a, **k: torch.tensor([2.0, 2.5, 2.0]))
+    answer = box.locate(_embed, "the add to cart button", [evidence])
+    assert answer.box is not None and answer.box.left == pytest.approx(400 / 1280, abs=1e-4)
