@@ -316,9 +316,8 @@ def main() -> None:
         "ocr_runtime": reader.runtime,
         "threads": args.threads or len(os.sched_getaffinity(0)),
         "machine": {
-            **machine(),
+            **machine(),  # cpu, cores, commit, ...
             "platform": platform.platform(),
-            "cpus": os.cpu_count(),
             "load_avg_1m": os.getloadavg()[0],
             "ocr_precision": reader.precision,
         },

@@ -484,8 +484,8 @@ class _OpenVinoSession:
         self._output = model.output(0)
         self.batch = batch
         # bf16 where OpenVINO picks it for this CPU (it does with AMX), else f32.
-        hint = model.get_property("INFERENCE_PRECISION_HINT")
-        self.precision = str(getattr(hint, "to_string", lambda: hint)())
+        hint = model.get_property("INFERENCE_PRECISION_HINT")  # an openvino.Type
+        self.precision = hint.to_string() if hasattr(hint, "to_string") else str(hint)
 
     def __call__(self, inputs: np.ndarray) -> list[np.ndarray]:
         if self.batch is None or inputs.ndim != 4:
