@@ -999,6 +999,72 @@ def finetune_general_base(data: Json) -> str:
     return "\n".join(out)
 
 
+def noul_examples(data: Json) -> str:
+    """Yes/no questions taught by examples, on the hand-written suite's cases."""
+    scorers = {"general": "general model (default)", "similarity": "bare model"}
+    first = next(iter(data.values()))
+    ks = sorted(int(k[1:]) for k in first if k.startswith("k") and k[1:].isdigit())
+    rows = []
+    for scorer, label in scorers.items():
+        section = data.get(scorer)
+        if not section:
+            continue
+        for k in ks:
+            run = section.get(f"k{k}")
+            if not run:
+                continue
+            spread = (
+                f" ({_frac(run['accuracy_min'])} to {_frac(run['accuracy_max'])})"
+                if run["draws"] > 1
+                else ""
+            )
+            rows.append(
+                [
+                    label,
+                    "zero-shot" if k == 0 else str(k),
+                    str(run["draws"]),
+                    _frac(run["accuracy_mean"]) + spread,
+                    _frac(run.get("confidence_mean")),
+                    _num(run["ece_mean"], 3),
+                ]
+            )
+    cats = sorted(first["k0"]["by_category_mean"])
+    by_cat = []
+    for scorer, label in scorers.items():
+        section = data.get(scorer) or {}
+        for k in (0, max(ks)):
+            run = section.get(f"k{k}")
+            if run:
+                name = f"{label}, {'zero-shot' if k == 0 else f'{k} per side'}"
+                by_cat.append([name] + [_frac(run["by_category_mean"].get(c)) for c in cats])
+    dropped = first.get("candidates_dropped", {})
+    n_dropped = sum(v for sides in dropped.values() for v in sides.values())
+    out = [
+        f'`Noul(criteria={{"true": {{"examples": [...]}}, "false": {{"examples": [...]}}}})` '
+        f"on the {first['n']} cases of `tests/data/noul_suite.jsonl` whose category has "
+        "examples (urgency, anger, refund requests, prompt injection, spam, risky tool calls, "
+        "and the off-topic cases asked those questions); relevance cases are left out. The "
+        "examples (`benchmarks/data/noul_examples.json`) were written by sessions that never "
+        "saw the suite; candidates with a cosine of at least "
+        f"{first.get('max_similarity', 0.6)} to any suite state under the bare MiniLM "
+        f"({n_dropped} of {sum(2 * 24 for _ in dropped)}) were dropped before scoring, and "
+        "each side teaches with the first 8 that remain. Below 8 per side, each row is the "
+        "mean of seeded random draws (min to max in brackets). "
+        "`python -m benchmarks.noul_examples [--scorer similarity]`.",
+        "",
+        _table(
+            ["vectors", "examples per side", "draws", "accuracy", "mean confidence", "ECE"], rows
+        ),
+        "",
+        "By category (accuracy):",
+        "",
+        _table(["", *cats], by_cat),
+        "",
+    ]
+    out += _machines({k: v.get("machine") for k, v in data.items()})
+    return "\n".join(out)
+
+
 RENDERERS: dict[str, tuple[str, Callable[[Json], str]]] = {
     "general_model": ("Zero-shot: the general decision model", general_model),
     "banking77_engine": ("BANKING77 through the engine (similarity scorer)", banking77_engine),
@@ -1018,6 +1084,7 @@ RENDERERS: dict[str, tuple[str, Callable[[Json], str]]] = {
         general_lodo_calibration,
     ),
     "finetune_general_base": ("Fine-tuning from the general model", finetune_general_base),
+    "noul_examples": ("Yes/no questions taught by examples", noul_examples),
 }
 
 

@@ -63,7 +63,7 @@ from clef_engine.schema.answers import (
     score_confidence,
 )
 from clef_engine.schema.limits import MAX_STATE_CHARS
-from clef_engine.schema.questions import _Question
+from clef_engine.schema.questions import Noul, _Question
 from clef_engine.schema.render import question_cache_key
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
@@ -197,10 +197,12 @@ class DecisionEngine:
             # int8 shifts the similarities; it has its own fitted temperatures.
             calibrator = Calibrator.bundled("int8")
         self.head: Head = ZeroShotHead(calibrator, prompted=use_general, fingerprint=fingerprint)
-        # The general model answers questions without examples; options taught by examples
-        # are fitted on the bare model's vectors, which scored higher on 10-shot BANKING77
-        # (87.6 against 85.0 %, benchmarks/results/general_model.json): a second engine on
-        # the bare model, built the first time such a question arrives.
+        # The general model answers questions without examples, and yes/no questions taught
+        # by examples: their prototypes are fitted on its vectors (80.6 % against 72.9 % on
+        # the bare model's, benchmarks/results/noul_examples.json). Choice and score options
+        # taught by examples are fitted on the bare model's vectors, which scored higher on
+        # 10-shot BANKING77 (87.6 against 85.0 %, benchmarks/results/general_model.json): a
+        # second engine on the bare model, built the first time such a question arrives.
         self._examples_options: dict[str, Any] | None = (
             {"device": device, "dtype": dtype, "quantize": quantize, "cache_size": cache_size}
             if use_general
@@ -317,7 +319,7 @@ class DecisionEngine:
 
     def prepare_question(self, question: _Question) -> PreparedQuestion:
         """Embed a question's options (cached by content) and fit prototypes if it has any."""
-        if self._examples_options is not None and has_examples(question):
+        if self._examples_options is not None and on_bare_vectors(question):
             return self.examples_engine().prepare_question(question)
         cache_key = question_cache_key(question)
         with self._lock:
@@ -384,8 +386,9 @@ class DecisionEngine:
     # -- scoring -----------------------------------------------------------------------
 
     def examples_engine(self) -> DecisionEngine:
-        """The engine that answers questions taught by examples: this one, or with the
-        general scorer the bare-similarity engine on the same device (built on first use)."""
+        """The engine that answers choice and score questions taught by examples: this one,
+        or with the general scorer the bare-similarity engine on the same device (built on
+        first use; :func:`on_bare_vectors`)."""
         if self._examples_options is None:
             return self
         with self._lock:
@@ -396,10 +399,11 @@ class DecisionEngine:
 
     def score(self, texts: list[str], requests: list[DecisionRequest]) -> list[Scored]:
         """Probabilities for every question of every request (the scoring seam); with the
-        general scorer, questions taught by examples go to :meth:`examples_engine`."""
+        general scorer, choice and score questions taught by examples go to
+        :meth:`examples_engine`."""
         if self._examples_options is None:
             return self._score(texts, requests)
-        taught = [{q for q, v in r.questions.items() if has_examples(v)} for r in requests]
+        taught = [{q for q, v in r.questions.items() if on_bare_vectors(v)} for r in requests]
         if not any(taught):
             return self._score(texts, requests)
         parts: list[list[Scored | None]] = []
@@ -624,6 +628,13 @@ def has_examples(question: Any) -> bool:
     """Whether any option of ``question`` is taught by examples."""
     specs = getattr(question, "option_specs", None)
     return callable(specs) and any(s.examples for s in specs())
+
+
+def on_bare_vectors(question: Any) -> bool:
+    """Whether the general scorer hands ``question`` to the bare model
+    (:meth:`DecisionEngine.examples_engine`): a choice or score question with options taught
+    by examples. A yes/no question taught by examples stays on the general model's vectors."""
+    return has_examples(question) and not isinstance(question, Noul)
 
 
 def _default_name(backbone: Backbone) -> str:

@@ -197,8 +197,8 @@ def test_int8_keeps_the_general_models_answers(engine):
 
 
 def test_options_taught_by_examples_use_the_bare_models_vectors(engine):
-    """Examples are fitted on the similarity scorer's vectors (87.6 % against 85.0 % on
-    10-shot BANKING77); a request mixing both kinds of question gets both answers."""
+    """Choice examples are fitted on the similarity scorer's vectors (87.6 % against 85.0 %
+    on 10-shot BANKING77); a request mixing both kinds of question gets both answers."""
     taught = Choice(
         instructions="Route the message",
         criteria={
@@ -226,6 +226,50 @@ def test_options_taught_by_examples_use_the_bare_models_vectors(engine):
     assert engine.prepare_question(taught) is similarity.prepare_question(taught)
     batch = engine.decide_batch([state, "refund please"], {"taught": taught, "plain": plain})
     assert [r.answers["taught"].choice for r in batch] == [mixed.answers["taught"].choice, "refund"]
+
+
+URGENT = [
+    "The payment gateway rejects every card since 9am, nobody can check out",
+    "Our admin password leaked on a forum an hour ago, lock the account now",
+    "The vaccine fridge alarm is going off and the temperature keeps rising",
+    "Server disk is at 99 % and the database stops writing in minutes",
+]
+NOT_URGENT = [
+    "Could you add an export to PDF in a future version?",
+    "No hurry: please update my billing address sometime this month",
+    "Thanks for the quick help last week, all good now",
+    "Where can I read your release notes?",
+]
+
+
+def test_a_yes_no_question_taught_by_examples_uses_the_general_models_vectors(engine):
+    """Yes/no prototypes are fitted on the general model's own vectors (80.0 % against
+    71.6 % on the bare model's, held-out examples of benchmarks/data/noul_examples.json);
+    choice options taught by examples still go to the bare model."""
+    urgent = Noul(
+        instructions="Is it urgent?",
+        criteria={"true": {"examples": URGENT}, "false": {"examples": NOT_URGENT}},
+    )
+    route = Choice(
+        instructions="Route the message",
+        criteria={"refund": {"examples": ["I want my money back", "refund please"]},
+                  "bug": {"examples": ["the app crashed", "error 500 on save"]}},
+    )  # fmt: skip
+    prepared = engine.prepare_question(urgent)
+    assert prepared.classifier is not None
+    assert prepared is not engine.examples_engine().prepare_question(urgent)
+    assert engine.prepare_question(route) is engine.examples_engine().prepare_question(route)
+    state = "The mobile app crashes for every user after today's release, customers are furious"
+    answers = engine.decide(state, {"urgent": urgent, "route": route}).answers
+    pooled = engine.backbone.encode([state]).pooled.float()
+    expected = torch.softmax(prepared.classifier.logits(pooled).double(), -1)[0]
+    if prepared.memory is not None:
+        expected = prepared.memory.mix(expected.unsqueeze(0), pooled, prepared.names)[0]
+    assert answers["urgent"].noul == pytest.approx(float(expected[0]), abs=1e-5)
+    assert answers["urgent"].noul > 0.5
+    assert answers["route"].choice == "bug"
+    calm = engine.decide("Is there a dark mode?", {"urgent": urgent}).answers["urgent"]
+    assert calm.noul < 0.5
 
 
 def test_a_saved_general_engine_loads_on_the_same_weights(engine, tmp_path):
