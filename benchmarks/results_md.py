@@ -1039,6 +1039,13 @@ def noul_examples(data: Json) -> str:
                 by_cat.append([name] + [_frac(run["by_category_mean"].get(c)) for c in cats])
     dropped = first.get("candidates_dropped", {})
     n_dropped = sum(v for sides in dropped.values() for v in sides.values())
+    n_candidates = sum(sum(v) for v in first.get("candidates", {}).values())
+    dev_rows = [
+        [label, str(d["n"]), _frac(d["accuracy"]), _num(d["nll"], 3),
+         _frac(d["confidence_mean"]), _num(d["ece"], 3)]
+        for scorer, label in scorers.items()
+        if (d := (data.get(scorer) or {}).get("dev"))
+    ]  # fmt: skip
     out = [
         f'`Noul(criteria={{"true": {{"examples": [...]}}, "false": {{"examples": [...]}}}})` '
         f"on the {first['n']} cases of `tests/data/noul_suite.jsonl` whose category has "
@@ -1047,9 +1054,11 @@ def noul_examples(data: Json) -> str:
         "examples (`benchmarks/data/noul_examples.json`) were written by sessions that never "
         "saw the suite; candidates with a cosine of at least "
         f"{first.get('max_similarity', 0.6)} to any suite state under the bare MiniLM "
-        f"({n_dropped} of {sum(2 * 24 for _ in dropped)}) were dropped before scoring, and "
-        "each side teaches with the first 8 that remain. Below 8 per side, each row is the "
-        "mean of seeded random draws (min to max in brackets). "
+        f"({n_dropped} of {n_candidates}) were dropped before scoring, and each side "
+        "teaches with the first 8 that remain. Below 8 per side, each row is the mean of "
+        "seeded random draws (min to max in brackets). The bare model's rows with examples "
+        "are what the default engine answered before yes/no examples moved to the general "
+        "model's vectors (chosen on the dev split below, not on the suite). "
         "`python -m benchmarks.noul_examples [--scorer similarity]`.",
         "",
         _table(
@@ -1059,6 +1068,11 @@ def noul_examples(data: Json) -> str:
         "By category (accuracy):",
         "",
         _table(["", *cats], by_cat),
+        "",
+        "Dev split: the candidates that passed the filter after the first 8 per side, each "
+        "category's question taught by its 8 + 8 examples:",
+        "",
+        _table(["vectors", "n", "accuracy", "NLL", "mean confidence", "ECE"], dev_rows),
         "",
     ]
     out += _machines({k: v.get("machine") for k, v in data.items()})
