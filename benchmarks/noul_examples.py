@@ -97,14 +97,23 @@ def dev(
     candidates: dict[str, Any],
     teach: dict[str, Any],
     held: dict[str, Any],
+    one_sided: bool = False,
 ) -> dict[str, Any]:
     """The dev split (never the suite): each category's question (``question`` in the
-    examples file) taught by its 8 + 8 examples, asked of its held candidates."""
+    examples file) taught by its 8 + 8 examples, asked of its held candidates.
+
+    ``one_sided``: the 8 yes examples only. The schema refuses that question now (this
+    measurement is why), so it is built past validation."""
     p_yes: list[float] = []
     truth: list[bool] = []
     for cat in sorted(teach):
         sides = {"true": {"examples": teach[cat]["yes"]}, "false": {"examples": teach[cat]["no"]}}
-        q = Noul(instructions=candidates[cat]["question"], criteria=sides)
+        if one_sided:
+            q = Noul.model_construct(
+                instructions=candidates[cat]["question"], criteria={"true": sides["true"]}
+            )
+        else:
+            q = Noul(instructions=candidates[cat]["question"], criteria=sides)
         rows = [(t, True) for t in held[cat]["yes"]] + [(t, False) for t in held[cat]["no"]]
         results = engine.decide_batch(
             [build_request(t, {"q": q}, engine.model_name) for t, _ in rows]
@@ -190,7 +199,8 @@ def main() -> None:
         "examples": examples,
     }
     report["dev"] = dev(engine, candidates, examples, held)
-    print("dev", report["dev"], flush=True)
+    report["dev_yes_examples_only"] = dev(engine, candidates, examples, held, one_sided=True)
+    print("dev", report["dev"], report["dev_yes_examples_only"], flush=True)
     for k in args.ks:
         full = k == 0 or all(len(v["yes"]) <= k and len(v["no"]) <= k for v in examples.values())
         runs = [score(engine, cases, examples, k, rng) for _ in range(1 if full else args.draws)]

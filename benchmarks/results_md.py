@@ -1041,10 +1041,11 @@ def noul_examples(data: Json) -> str:
     n_dropped = sum(v for sides in dropped.values() for v in sides.values())
     n_candidates = sum(sum(v) for v in first.get("candidates", {}).values())
     dev_rows = [
-        [label, str(d["n"]), _frac(d["accuracy"]), _num(d["nll"], 3),
+        [label + extra, str(d["n"]), _frac(d["accuracy"]), _num(d["nll"], 3),
          _frac(d["confidence_mean"]), _num(d["ece"], 3)]
+        for key, extra in (("dev", ""), ("dev_yes_examples_only", ", yes examples only"))
         for scorer, label in scorers.items()
-        if (d := (data.get(scorer) or {}).get("dev"))
+        if (d := (data.get(scorer) or {}).get(key))
     ]  # fmt: skip
     out = [
         f'`Noul(criteria={{"true": {{"examples": [...]}}, "false": {{"examples": [...]}}}})` '
@@ -1070,7 +1071,8 @@ def noul_examples(data: Json) -> str:
         _table(["", *cats], by_cat),
         "",
         "Dev split: the candidates that passed the filter after the first 8 per side, each "
-        "category's question taught by its 8 + 8 examples:",
+        "category's question taught by its 8 + 8 examples (or by its 8 yes examples only, "
+        "which the schema refuses since this measurement):",
         "",
         _table(["vectors", "n", "accuracy", "NLL", "mean confidence", "ECE"], dev_rows),
         "",

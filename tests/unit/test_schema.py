@@ -327,3 +327,24 @@ def test_score_confidence_formula():
 def test_score_legend():
     q = Score(instructions="urgency", criteria=["low", {"level": "mid"}, "high"])
     assert q.legend() == {"0": "low", "1": "level: mid", "2": "high"}
+
+
+@pytest.mark.parametrize("side", ["true", "false"])
+def test_noul_examples_on_one_side_only_are_refused(side):
+    """Taught one side only, a yes/no question answered 48 % of held-out cases right
+    (benchmarks/noul_examples.py's dev split): worse than asking it with no examples."""
+    other = "false" if side == "true" else "true"
+    criteria = {
+        side: {"examples": ["win a free cruise", "cheap pills online"]},
+        other: "normal mail",
+    }
+    with pytest.raises(InvalidRequestError) as info:
+        DecisionRequest.parse(
+            _request(q={"type": "noul", "instructions": "Spam?", "criteria": criteria})
+        )
+    assert info.value.field == "questions.q.criteria"
+    assert f"criteria.{other}.examples is missing" in str(info.value)
+    assert "both sides" in str(info.value)
+    both = {side: {"examples": ["win a free cruise"]}, other: {"examples": ["lunch at noon?"]}}
+    question = Noul(instructions="Spam?", criteria=both)
+    assert all(len(spec.examples) == 1 for spec in question.option_specs())
