@@ -97,23 +97,23 @@ def dev(
     candidates: dict[str, Any],
     teach: dict[str, Any],
     held: dict[str, Any],
-    one_sided: bool = False,
+    taught: str = "both",
 ) -> dict[str, Any]:
     """The dev split (never the suite): each category's question (``question`` in the
     examples file) taught by its 8 + 8 examples, asked of its held candidates.
 
-    ``one_sided``: the 8 yes examples only. The schema refuses that question now (this
-    measurement is why), so it is built past validation."""
+    ``taught``: ``"both"`` sides, ``"yes"`` (the 8 yes examples only: the schema refuses
+    that question now, this measurement is why, so it is built past validation) or
+    ``"none"`` (zero-shot)."""
     p_yes: list[float] = []
     truth: list[bool] = []
     for cat in sorted(teach):
         sides = {"true": {"examples": teach[cat]["yes"]}, "false": {"examples": teach[cat]["no"]}}
-        if one_sided:
-            q = Noul.model_construct(
-                instructions=candidates[cat]["question"], criteria={"true": sides["true"]}
-            )
+        instructions = candidates[cat]["question"]
+        if taught == "yes":
+            q = Noul.model_construct(instructions=instructions, criteria={"true": sides["true"]})
         else:
-            q = Noul(instructions=candidates[cat]["question"], criteria=sides)
+            q = Noul(instructions=instructions, criteria=sides if taught == "both" else None)
         rows = [(t, True) for t in held[cat]["yes"]] + [(t, False) for t in held[cat]["no"]]
         results = engine.decide_batch(
             [build_request(t, {"q": q}, engine.model_name) for t, _ in rows]
@@ -198,9 +198,10 @@ def main() -> None:
         "candidates_dropped": dropped,
         "examples": examples,
     }
-    report["dev"] = dev(engine, candidates, examples, held)
-    report["dev_yes_examples_only"] = dev(engine, candidates, examples, held, one_sided=True)
-    print("dev", report["dev"], report["dev_yes_examples_only"], flush=True)
+    for key, taught in (("dev", "both"), ("dev_yes_examples_only", "yes"),
+                        ("dev_zero_shot", "none")):  # fmt: skip
+        report[key] = dev(engine, candidates, examples, held, taught)
+        print(key, report[key], flush=True)
     for k in args.ks:
         full = k == 0 or all(len(v["yes"]) <= k and len(v["no"]) <= k for v in examples.values())
         runs = [score(engine, cases, examples, k, rng) for _ in range(1 if full else args.draws)]

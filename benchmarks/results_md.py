@@ -1043,7 +1043,8 @@ def noul_examples(data: Json) -> str:
     dev_rows = [
         [label + extra, str(d["n"]), _frac(d["accuracy"]), _num(d["nll"], 3),
          _frac(d["confidence_mean"]), _num(d["ece"], 3)]
-        for key, extra in (("dev", ""), ("dev_yes_examples_only", ", yes examples only"))
+        for key, extra in (("dev", ""), ("dev_yes_examples_only", ", yes examples only"),
+                           ("dev_zero_shot", ", no examples"))
         for scorer, label in scorers.items()
         if (d := (data.get(scorer) or {}).get(key))
     ]  # fmt: skip
@@ -1072,7 +1073,7 @@ def noul_examples(data: Json) -> str:
         "",
         "Dev split: the candidates that passed the filter after the first 8 per side, each "
         "category's question taught by its 8 + 8 examples (or by its 8 yes examples only, "
-        "which the schema refuses since this measurement):",
+        "which the schema refuses since this measurement, or asked with none):",
         "",
         _table(["vectors", "n", "accuracy", "NLL", "mean confidence", "ECE"], dev_rows),
         "",
