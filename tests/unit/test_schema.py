@@ -330,21 +330,19 @@ def test_score_legend():
 
 
 @pytest.mark.parametrize("side", ["true", "false"])
-def test_noul_examples_on_one_side_only_are_refused(side):
-    """Taught one side only, a yes/no question answered 48 % of held-out cases right
-    (benchmarks/noul_examples.py's dev split): worse than asking it with no examples."""
+def test_noul_examples_on_one_side_only_are_read_as_its_description(side):
+    """Prototypes fitted on one side answered 48.4 % of held-out cases right (below asking
+    with no examples); a Jev client may send ``{"examples": [...]}`` as structured text on
+    one side (jevcompat's structured-text case), so it is read as that side's text."""
     other = "false" if side == "true" else "true"
-    criteria = {
-        side: {"examples": ["win a free cruise", "cheap pills online"]},
-        other: "normal mail",
-    }
-    with pytest.raises(InvalidRequestError) as info:
-        DecisionRequest.parse(
-            _request(q={"type": "noul", "instructions": "Spam?", "criteria": criteria})
-        )
-    assert info.value.field == "questions.q.criteria"
-    assert f"criteria.{other}.examples is missing" in str(info.value)
-    assert "both sides" in str(info.value)
+    criteria = {side: {"examples": ["win a free cruise", "cheap pills online"]}, other: ["mail"]}
+    request = DecisionRequest.parse(
+        _request(q={"type": "noul", "instructions": "Spam?", "criteria": criteria})
+    )
+    specs = {s.name: s for s in request.questions["q"].option_specs()}
+    assert not specs[side].examples and not specs[other].examples
+    assert "win a free cruise" in (specs[side].description or "")
+    assert "cheap pills online" in (specs[side].description or "")
     both = {side: {"examples": ["win a free cruise"]}, other: {"examples": ["lunch at noon?"]}}
     question = Noul(instructions="Spam?", criteria=both)
     assert all(len(spec.examples) == 1 for spec in question.option_specs())
