@@ -36,27 +36,25 @@ import argparse
 import json
 import random
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks._common import RESULTS, ROOT, machine
+from benchmarks.general_model import SUITE
 from clef_engine import DecisionEngine
 from clef_engine.calibration.metrics import top_label_ece
 from clef_engine.schema.questions import Noul
 from clef_engine.schema.request import build_request
 
-SUITE = ROOT / "tests" / "data" / "noul_suite.jsonl"
 EXAMPLES = ROOT / "benchmarks" / "data" / "noul_examples.json"
 OUT = RESULTS / "noul_examples.json"
 POOL = 8
 """Examples per side that teach (the first that pass the near-duplicate filter)."""
 
 
-def load_cases(examples: dict[str, Any], path: Path = SUITE) -> list[dict[str, Any]]:
+def load_cases(examples: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Suite cases with the category whose examples teach them (relevance: none)."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     asked_in = {r["question"]: r["category"] for r in rows if r["category"] != "off_topic"}
     out = []
     for row in rows:
@@ -180,11 +178,10 @@ def main() -> None:
     args = parser.parse_args()
 
     candidates = json.loads(EXAMPLES.read_text())
-    cases = load_cases(candidates)
+    rows = [json.loads(line) for line in SUITE.read_text(encoding="utf-8").splitlines() if line]
+    cases = load_cases(candidates, rows)
     examples, held, dropped = filter_examples(
-        candidates,
-        [json.loads(x)["state"] for x in SUITE.read_text().splitlines() if x],
-        args.max_similarity,
+        candidates, [r["state"] for r in rows], args.max_similarity
     )
     engine = DecisionEngine(scorer=args.scorer)
     rng = random.Random(args.seed)
