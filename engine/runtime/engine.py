@@ -67,6 +67,13 @@ from clef_engine.schema.questions import Noul, _Question
 from clef_engine.schema.render import question_cache_key
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
+ANSWER_RULES = 2
+"""Revision of how answers are computed from given weights and calibration, part of
+:attr:`DecisionEngine.model_version`: a cache, decision log or saved threshold keyed by the
+version sees that answers changed even where no weight did. 2: a yes/no question taught by
+examples is answered on the general model's vectors, and examples on one side only are read
+as that side's description (2026-12-07)."""
+
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]
     """At most ``capacity`` entries and, with ``size``, at most ``max_bytes`` in all (the
@@ -257,13 +264,15 @@ class DecisionEngine:
 
     @property
     def model_version(self) -> str:
-        """``name@hash`` of the backbone reference, calibration and trained weights."""
+        """``name@hash`` of the backbone reference, calibration, trained weights and
+        :data:`ANSWER_RULES`."""
         head = self.head.fingerprint
         if self._version is None or self._version_head != head:
             self._version_head = head
             parts: dict[str, Any] = {
                 "backbone": self.backbone.config(),
                 "calibration": self.calibrator.to_dict(),
+                "rules": ANSWER_RULES,
             }
             if head:  # trained head weights (and example memory)
                 parts["head"] = head

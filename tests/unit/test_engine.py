@@ -78,6 +78,19 @@ def test_result_metadata(tiny_engine):
     assert all(k in ("model", "answers", "usage") or k.startswith("x_") for k in wire)
 
 
+def test_model_version_changes_with_the_answer_rules(tiny_engine, monkeypatch):
+    # Same weights and calibration, but answers computed another way: caches, decision
+    # logs and saved thresholds keyed by the version must see a new one.
+    from clef_engine.runtime import engine as engine_module
+
+    engine = DecisionEngine(tiny_engine.backbone, warmup=False, model_name="tiny")
+    before = engine.model_version
+    monkeypatch.setattr(engine_module, "ANSWER_RULES", engine_module.ANSWER_RULES + 1)
+    again = DecisionEngine(tiny_engine.backbone, warmup=False, model_name="tiny")
+    assert again.model_version.startswith("tiny@")
+    assert again.model_version != before
+
+
 def _flat(result):
     out = {}
     for qid, answer in result.answers.items():
