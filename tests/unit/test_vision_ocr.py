@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from clef_engine.backbones.vision.ocr import RapidOcr, faint_crop, ink_regions
+from clef_engine.backbones.vision.ocr import RapidOcr, extend_cut_lines, faint_crop, ink_regions
 
 pytest.importorskip("cv2")
 
@@ -54,6 +54,38 @@ def test_second_pass_reads_the_caption_the_small_copy_missed() -> None:
     }
     assert "stars" not in texts[False]  # what the first pass alone loses
     assert "stars" in texts[True] and "Trailhead" in texts[True]
+
+
+def _bounds(quad: np.ndarray) -> tuple[float, float, float, float]:
+    return (quad[:, 0].min(), quad[:, 1].min(), quad[:, 0].max(), quad[:, 1].max())
+
+
+def test_a_line_the_detector_cut_short_is_grown_over_the_rest() -> None:
+    img = Image.new("RGB", (640, 200), "white")
+    d = ImageDraw.Draw(img)
+    font = ImageFont.load_default(16)
+    d.text((40, 40), "Type a comment", fill="#777777", font=font)
+    d.text((66, 120), "Settings", fill="#111111", font=font)
+    icon = d.textbbox((66, 120), "Settings", font=font)[1]
+    d.rectangle((50, icon, 62, icon + 12), fill="#334155")  # an icon right before a label
+    d.text((300, 120), "Search:", fill="#111111", font=font)
+    edge = d.textbbox((300, 120), "Search:", font=font)[2] + 2
+    d.rectangle((edge, 116, edge + 230, 144), outline="#94a3b8")  # its input, right after
+    d.text((edge + 10, 122), "Search products", fill="#999999", font=font)
+    array = np.asarray(img)
+    left, top, right, bottom = d.textbbox((40, 40), "Type a comment", font=font)
+    cut = _quad(left - 3, top - 3, left + 0.55 * (right - left), bottom + 3)  # "Type a co"
+    label = _quad(*d.textbbox((66, 120), "Settings", font=font))
+    search = _quad(*d.textbbox((300, 120), "Search:", font=font))
+    found, rest = extend_cut_lines([cut, label, search], ink_regions(array, [cut, label, search]))
+    # The rest of the line joined its box ...
+    assert _bounds(found[0])[0] == pytest.approx(left - 3)
+    assert _bounds(found[0])[2] >= right
+    # ... while the icon (square) and the input (taller than the label) are not text that
+    # continues a line: those boxes stay as found, and those regions stay unexplained.
+    assert found[1] is label and found[2] is search
+    assert len(rest) == 2, rest
+    assert all(r[2] <= 68 or r[0] >= edge - 6 for r in rest)
 
 
 FIELD = (120, 100, 520, 140)

@@ -292,7 +292,8 @@ class RapidOcr:
         boxes, _ = engine.text_det(np.asarray(small))
         found = [] if boxes is None or len(boxes) == 0 else list(np.asarray(boxes) / det_scale)
         if self.second_pass:
-            more = missed_text(engine, array, found)
+            found, regions = extend_cut_lines(found, ink_regions(array, found))
+            more = missed_text(engine, array, found, regions)
             # A whole line read again replaces the fragment of it the first pass found.
             found = [f for f, c in zip(found, _covered(found, more), strict=True) if not c] + more
         if not found:
@@ -361,17 +362,77 @@ def ink_regions(
     return out
 
 
-def missed_text(engine: Any, array: np.ndarray, found: Sequence[np.ndarray]) -> list[np.ndarray]:
+_CUT_GAP = 3
+"""Most pixels between a line box and the ink that continues it (:func:`extend_cut_lines`).
+A line cut mid-word continues right at the box's edge (-1 px: the region's bounds are
+dilated by 4 px, the box blanked 2 px wider); a word beyond a select's border is 7 px off."""
+
+
+def extend_cut_lines(
+    found: Sequence[np.ndarray], regions: Sequence[tuple[int, int, int, int]]
+) -> tuple[list[np.ndarray], list[tuple[int, int, int, int]]]:
+    """Line boxes grown over the text their small-copy detection cut off, and the regions
+    of :func:`ink_regions` that are still unexplained.
+
+    At 0.6x the detector sometimes ends a light or small line early ("Type a cor" of "Type a
+    comment"); the rest is left as ink on the same row, right after (or before) the box. A
+    word-shaped region (at least twice as wide as tall, so not an icon) that close is joined
+    to the box, and the recogniser reads the whole line. Detecting the rest on its own
+    found the whole line again at full resolution, which was then dropped as a line
+    already found.
+    """
+    boxes = [
+        [float(q[:, 0].min()), float(q[:, 1].min()), float(q[:, 0].max()), float(q[:, 1].max())]
+        for q in found
+    ]
+    grown = [False] * len(boxes)
+    left_over = []
+    for region in regions:
+        left, top, right, bottom = region
+        height = bottom - top
+        joined = False
+        # Word-shaped, and clear of every line found: ink around a found line (a button's
+        # edge around its label) is no continuation of a neighbour.
+        if right - left >= 2 * height and not any(
+            min(right, b[2]) - max(left, b[0]) > 4 and min(bottom, b[3]) - max(top, b[1]) > 4
+            for b in boxes
+        ):
+            for i, (b_left, b_top, b_right, b_bottom) in enumerate(boxes):
+                # The rest of a line lies within the line's band (an input box beside
+                # its label is taller).
+                if top < b_top - 3 or bottom > b_bottom + 3:
+                    continue
+                if -4 <= left - b_right <= _CUT_GAP or -4 <= b_left - right <= _CUT_GAP:
+                    boxes[i] = [min(b_left, left), min(b_top, top), max(b_right, right),
+                                max(b_bottom, bottom)]  # fmt: skip
+                    grown[i] = joined = True
+                    break
+        if not joined:
+            left_over.append(region)
+    out = [
+        np.array([[b[0], b[1]], [b[2], b[1]], [b[2], b[3]], [b[0], b[3]]], np.float32) if g else q
+        for q, b, g in zip(found, boxes, grown, strict=True)
+    ]
+    return out, left_over
+
+
+def missed_text(
+    engine: Any,
+    array: np.ndarray,
+    found: Sequence[np.ndarray],
+    regions: Sequence[tuple[int, int, int, int]] | None = None,
+) -> list[np.ndarray]:
     """Line boxes (4-point quads, full-resolution pixels) the small-copy detector missed.
 
     Small or light text (10-11 px grey captions, breadcrumbs, footers) is lost when the
     detector sees a 0.6x copy. The regions that still have text-like strokes are cut out
     with some context, stacked into one mosaic and detected once at full resolution, so
     the second pass costs in proportion to what was missed; past half the page, the whole
-    page is detected again instead.
+    page is detected again instead. ``regions`` are the :func:`ink_regions` of ``found``
+    where already known (what :func:`extend_cut_lines` left unexplained).
     """
     height, width = array.shape[:2]
-    regions = ink_regions(array, found)
+    regions = list(ink_regions(array, found) if regions is None else regions)
     if not regions:
         return []
     # Regions on overlapping rows share one strip.
