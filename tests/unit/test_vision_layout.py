@@ -292,6 +292,24 @@ def test_a_material_input_is_its_underline_not_only_its_placeholder() -> None:
     assert roles["Recent activity"][0] != "field"  # a rule from the card's edge is no input
 
 
+def test_an_empty_material_input_after_its_label_is_a_field() -> None:
+    img = Image.new("RGB", (1000, 300), "white")
+    d = ImageDraw.Draw(img)
+    search = _text(d, (600, 40), "Search:", 14, fill="#333333")
+    foot = int(search.box[3])
+    d.line((int(search.box[2]) + 2, foot, int(search.box[2]) + 172, foot), fill="#dddddd")
+    # A table's header rule under its sort arrows (drawn, not read): no input.
+    name = _text(d, (60, 160), "Name", 14, fill="#333333")
+    d.polygon([(300, 172), (310, 172), (305, 164)], fill="#999999")
+    d.line((int(name.box[2]) + 2, int(name.box[3]), 560, int(name.box[3])), fill="#dddddd")
+    elements = analyse(img, [search, name])
+    fields = [e for e in elements if e.role == "field"]
+    assert len(fields) == 1, [(e.text, e.role, e.region) for e in elements]
+    left, _, right, bottom = fields[0].region
+    assert left >= search.box[2] and right >= search.box[2] + 170 and bottom >= foot
+    assert fields[0].label == "Search:"
+
+
 def _headline(text: str, top: float, h: float) -> Element:
     box = (100.0, top, 100.0 + 0.6 * h * len(text), top + h)
     return Element(text, box, box, "heading", 0.99)

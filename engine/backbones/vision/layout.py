@@ -24,7 +24,7 @@ states are scored by the same engine path as text.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from http import HTTPStatus
@@ -540,7 +540,31 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
             continue
         box = tuple(float(v) for v in control.box)
         elements.append(Element("", box, box, role, 1.0))  # type: ignore[arg-type]
+    elements += _underlined_inputs(array, elements)
     return _attach_labels(reading_order(elements))
+
+
+def _underlined_inputs(array: np.ndarray, elements: Sequence[Element]) -> list[Element]:
+    """Empty inputs drawn as a bare rule right after their label ("Search: ____"), where
+    no element is found there yet."""
+    out: list[Element] = []
+    for e in elements:
+        if e.role != "text" or not e.text or len(e.text.split()) > 3:
+            continue
+        ibox = (int(e.box[0]), int(e.box[1]), int(np.ceil(e.box[2])), int(np.ceil(e.box[3])))
+        found = _empty_underline(array, ibox)
+        if found is None:
+            continue
+        box: Box4 = tuple(float(v) for v in found)  # type: ignore[assignment]
+        taken = any(
+            min(box[2], o.region[2]) - max(box[0], o.region[0]) > 4
+            and min(box[3], o.region[3]) - max(box[1], o.region[1]) > 4
+            for o in (*elements, *out)
+            if o is not e
+        )
+        if not taken:
+            out.append(Element("", box, box, "field", 1.0))
+    return out
 
 
 _STATUS = re.compile(r"^(?:error|http)?\s*([45]\d\d)\s*(?:error)?[.!]?$", re.IGNORECASE)
@@ -633,6 +657,38 @@ def split_at_gaps(array: np.ndarray, line: OcrLine) -> list[OcrLine]:
     ]
 
 
+def _rules(
+    array: np.ndarray, y0: int, y1: int, probe: int
+) -> Iterator[tuple[int, int, int, np.ndarray]]:
+    """Thin, flat horizontal rules crossing column ``probe`` between rows ``y0`` and
+    ``y1``, top to bottom: ``(x0, x1, y, colour)`` of each, its run of one colour through
+    the probe (text above may touch it), at most 0.7 of the page wide, that does not turn
+    down at an end (:func:`_turns_down`)."""
+    height, width = array.shape[:2]
+    y0, y1 = max(y0, 3), min(height - 3, y1)
+    if not 0 <= probe < width or y1 <= y0:
+        return
+    column = array[y0 - 3 : y1 + 3, probe].astype(np.int32)
+    mid = column[3:-3]
+    rows = np.flatnonzero(
+        (np.abs(mid - column[:-6]).sum(axis=1) > 24) & (np.abs(mid - column[6:]).sum(axis=1) > 24)
+    )
+    for y in (y0 + int(r) for r in rows):
+        row = array[y].astype(np.int32)
+        colour = row[probe]
+        same = np.abs(row - colour).sum(axis=1) <= 24
+        x0 = (
+            probe
+            - (int(np.argmin(same[probe::-1])) if not same[: probe + 1].all() else probe + 1)
+            + 1
+        )
+        x1 = probe + (int(np.argmin(same[probe:])) if not same[probe:].all() else width - probe)
+        thin = np.abs(row[x0:x1] - array[y + 3, x0:x1]).sum(axis=1) > 24
+        if x1 - x0 > 0.7 * width or thin.mean() < 0.9 or _turns_down(array, y, x0, x1, colour):
+            continue
+        yield x0, x1, y, colour
+
+
 def _underline(
     array: np.ndarray, box: tuple[int, int, int, int]
 ) -> tuple[int, int, int, int] | None:
@@ -643,33 +699,32 @@ def _underline(
     edge, before the text; a box's top edge under a label turns down at its ends.)"""
     left, top, right, bottom = box
     h = bottom - top
-    height, width = array.shape[:2]
-    probe = right + 2 * h  # the rule must pass here: test this column first (cheap)
-    y0, y1 = max(top + h // 2, 3), min(height - 3, bottom + h // 3)
-    if probe >= width or y1 <= y0:
-        return None
-    column = array[y0 - 3 : y1 + 3, probe].astype(np.int32)
-    mid = column[3:-3]
-    rows = np.flatnonzero(
-        (np.abs(mid - column[:-6]).sum(axis=1) > 24) & (np.abs(mid - column[6:]).sum(axis=1) > 24)
-    )
-    for y in (y0 + int(r) for r in rows):
-        row = array[y].astype(np.int32)
-        colour = row[probe]
-        same = np.abs(row - colour).sum(axis=1) <= 24
-        # The rule: the run of its colour through the probe (text above may touch it).
-        x0 = (
-            probe
-            - (int(np.argmin(same[probe::-1])) if not same[: probe + 1].all() else probe + 1)
-            + 1
-        )
-        x1 = probe + (int(np.argmin(same[probe:])) if not same[probe:].all() else width - probe)
-        thin = np.abs(row[x0:x1] - array[y + 3, x0:x1]).sum(axis=1) > 24
-        if not left - 4 <= x0 <= right - min(2 * h, 0.3 * (right - left)):
+    # The rule must pass right + 2h: only that column is scanned (cheap).
+    for x0, x1, y, _ in _rules(array, top + h // 2, bottom + h // 3, right + 2 * h):
+        if left - 4 <= x0 <= right - min(2 * h, 0.3 * (right - left)):
+            return (x0, top, x1, y + 1)
+    return None
+
+
+def _empty_underline(
+    array: np.ndarray, box: tuple[int, int, int, int]
+) -> tuple[int, int, int, int] | None:
+    """An empty Material-Design input right after a label on its row ("Search: ____"): a
+    rule at the label's foot that starts within a few text heights after it, runs at
+    least four text heights on, and has nothing drawn above it up to the label's top.
+    Its box (a text line tall, ending at the rule), or ``None``."""
+    _, top, right, bottom = box
+    h = bottom - top
+    for x0, x1, y, _ in _rules(array, bottom - h // 4, bottom + h // 2, right + 3 * h):
+        if not right - 2 <= x0 <= right + 2 * h or x1 - x0 < max(4 * h, 80):
             continue
-        if x1 - x0 > 0.7 * width or thin.mean() < 0.9 or _turns_down(array, y, x0, x1, colour):
+        above = array[min(top, y - h) : y - 1, x0 + 2 : x1 - 2].astype(np.int32)
+        if above.size == 0:
             continue
-        return (x0, top, x1, y + 1)
+        fill = np.median(above.reshape(-1, 3), axis=0)
+        if int((np.abs(above - fill).sum(axis=-1) > 24).sum()) >= 6:
+            continue  # text, an icon or a box above it: a table's or card's rule
+        return (x0, min(top, y - h), x1, y + 1)
     return None
 
 
