@@ -607,13 +607,23 @@ _GAP = 0.5
 font size tall: a word space is 0.1-0.2 line heights, a navbar's gap between links 0.6)."""
 
 
+def _icon_like(ink: np.ndarray, h: int) -> bool:
+    """Whether a piece of a line (its ink mask) is an icon or a checkbox, not an item: no
+    wider than the line is tall and about square. A short word ("FAQ", 29 px in a 30 px
+    line box) is twice as wide as its letters are tall."""
+    width = ink.shape[1]
+    rows = np.flatnonzero(ink.any(axis=1))
+    tall = int(rows[-1] - rows[0] + 1) if len(rows) else 0
+    return width < h and width < 1.5 * tall
+
+
 def split_at_gaps(array: np.ndarray, line: OcrLine) -> list[OcrLine]:
     """One OCR line that is several items read together ("Home About Contact Blog", a
     navbar's links; cells of a table row) as one line per item: the line's ink is cut at
     empty stretches wider than :data:`_GAP` line heights, and its words are given to the
     pieces by where they fall if the characters were evenly spaced. The line as it is when
-    it has no such gap, its words cannot be shared out, or a piece is narrower than the line
-    is tall (an icon or a checkbox in front of its label)."""
+    it has no such gap, its words cannot be shared out, or a piece is an icon or a checkbox
+    in front of its label (:func:`_icon_like`)."""
     words = line.text.split()
     height, width = array.shape[:2]
     left, top = max(0, int(line.box[0])), max(0, int(line.box[1]))
@@ -622,8 +632,8 @@ def split_at_gaps(array: np.ndarray, line: OcrLine) -> list[OcrLine]:
     if len(words) < 2 or h < 4 or right - left < 4 * h:
         return [line]
     crop = array[top:bottom, left:right]
-    ink = ~_close(crop, _fill_colour(array, (left, top, right, bottom))).all(axis=0)
-    cols = np.flatnonzero(ink)
+    ink2d = ~_close(crop, _fill_colour(array, (left, top, right, bottom)))
+    cols = np.flatnonzero(ink2d.any(axis=0))
     if len(cols) < 2:
         return [line]
     gaps = np.flatnonzero(np.diff(cols) > _GAP * h)
@@ -644,8 +654,9 @@ def split_at_gaps(array: np.ndarray, line: OcrLine) -> list[OcrLine]:
         )
         pieces[nearest].append(word)
         at += len(word)
-    # A piece narrower than the line is tall is an icon or a checkbox, not an item.
-    if any(not p for p in pieces) or any(b - a < h for a, b in zip(starts, ends, strict=True)):
+    if any(not p for p in pieces) or any(
+        _icon_like(ink2d[:, a:b], h) for a, b in zip(starts, ends, strict=True)
+    ):
         return [line]
     return [
         OcrLine(
