@@ -17,6 +17,10 @@ evidence, added as logits:
   field was asked for, or the reverse: ``-ROLE``). Asked for a field or checkbox, the
   text that labels one ("Email" above its input) also gets ``-ROLE``: the control it
   labels is the answer, and carries that text as its label;
+- where it is: when the instructions place the element relative to one the page shows
+  ("the next page link under the simple table", "the settings button of the edit
+  profile form"), candidates named alike are told apart by their distance to that
+  element (:func:`context_term`);
 - page chrome: a candidate in the page's top bar or left sidebar
   (:func:`~clef_engine.backbones.vision.chrome.chrome`) gets
   ``-CHROME`` unless the instructions name the menu, sidebar, header or navigation, so
@@ -179,6 +183,10 @@ _CONTEXT = re.compile(
     r"\s+(?:the|a|an|this|that|its|each)\b",
     re.IGNORECASE,
 )
+_CONTEXT_WORDS = {
+    "under", "below", "above", "beneath", "inside", "within", "on", "in", "of", "at", "near",
+    "beside", "next", "to", "the", "a", "an", "this", "that", "its", "each",
+}  # fmt: skip
 
 
 def split_context(instructions: str) -> tuple[str, str]:
@@ -232,9 +240,87 @@ def candidate_logits(
     elements: Sequence[Element],
     in_chrome: Sequence[bool] | None = None,
 ) -> torch.Tensor:
-    """One logit per element: :func:`candidate_features` weighted by :data:`WEIGHTS`."""
+    """One logit per element: :func:`candidate_features` weighted by :data:`WEIGHTS`, then
+    :func:`context_term` where the instructions say where the element is."""
     features = candidate_features(embed, instructions, elements, in_chrome)
-    return features @ torch.tensor(WEIGHTS, dtype=features.dtype)
+    logits = features @ torch.tensor(WEIGHTS, dtype=features.dtype)
+    return logits + context_term(instructions, elements, logits)
+
+
+CONTEXT = 5.0
+"""Logit lost per e-fold of distance from the context's anchor, beyond the nearest
+candidate's (:func:`context_term`)."""
+_NEAR = 3.0
+"""Candidates this close (in logits) to the best one are what the context chooses among."""
+_PLACES = {
+    "table", "form", "card", "section", "panel", "list", "chart", "banner", "modal", "dialog",
+    "column", "row", "widget", "box", "block", "group", "window", "popup", "first", "second",
+    "third", "last", "top", "bottom", "left", "right", "upper", "lower", "middle",
+}  # fmt: skip
+"""Words of a context that name a kind of place or a position, not the anchor's text."""
+_UNDER = {"under", "below", "beneath"}
+_OVER = {"above"}
+
+
+def context_anchor(context: str, elements: Sequence[Element]) -> int | None:
+    """The element whose text a context names (``"under the simple table"`` → the "Simple
+    Table" heading): the best word overlap with the context's own words, at least half of
+    them; ``None`` when the context names only a kind of place ("under the first table")."""
+    named = " ".join(w for w in words(context) if w not in _PLACES and w not in _CONTEXT_WORDS)
+    if not named:
+        return None
+    best: tuple[float, int] | None = None
+    for i, e in enumerate(elements):
+        if not e.text:
+            continue
+        score = lexical_overlap(named, e.text)
+        if score >= 0.5 and (best is None or score > best[0]):
+            best = (score, i)
+    return None if best is None else best[1]
+
+
+def context_term(
+    instructions: str, elements: Sequence[Element], logits: torch.Tensor
+) -> torch.Tensor:
+    """Where the instructions say the element is, relative to an element they name ("the
+    next page link under the simple table", "the settings button of the edit profile
+    form"): among the candidates within :data:`_NEAR` of the best logit whose words
+    match the instructions' as well as any of them do, each loses
+    :data:`CONTEXT` per e-fold of its distance to the anchor beyond the nearest one's. A
+    candidate on the wrong side of it ("under": above the anchor) counts as three times
+    as far. Nothing changes when the context names no element on the page."""
+    zero = torch.zeros_like(logits)
+    _, context = split_context(instructions)
+    if not context or len(elements) < 2:
+        return zero
+    anchor = context_anchor(context, elements)
+    if anchor is None:
+        return zero
+    a_left, a_top, a_right, a_bottom = elements[anchor].region
+    ax, ay = (a_left + a_right) / 2.0, (a_top + a_bottom) / 2.0
+    relation = set(words(context)[:2])
+    others = logits.clone()
+    others[anchor] = -math.inf
+    near = [i for i in range(len(elements)) if others[i] >= others.max() - _NEAR]
+    # It chooses among candidates named alike ("Next" and OCR's "Nex"), not against the
+    # name: a "Week" button near the anchor does not beat the "Month" asked for.
+    target, _ = split_context(instructions)
+    overlap = {i: _lexical(target, elements[i]) for i in near}
+    near = [i for i in near if overlap[i] >= max(overlap.values()) - 1e-6]
+    if len(near) < 2:
+        return zero
+    distance = {}
+    for i in near:
+        left, top, right, bottom = elements[i].region
+        x, y = (left + right) / 2.0, (top + bottom) / 2.0
+        d = max(1.0, math.hypot(x - ax, y - ay))
+        if (relation & _UNDER and y < a_top) or (relation & _OVER and y > a_bottom):
+            d *= 3.0
+        distance[i] = d
+    nearest = min(distance.values())
+    for i, d in distance.items():
+        zero[i] = -CONTEXT * math.log(d / nearest)
+    return zero
 
 
 def page_chrome(evidence: ImageEvidence) -> list[bool]:

@@ -180,6 +180,48 @@ def test_where_an_element_is_does_not_name_it() -> None:
     )
 
 
+def test_the_element_a_context_names_picks_between_twins() -> None:
+    # Two tables side by side, each with its pager; OCR cut one "Next" to "Nex".
+    elements = [
+        _at("Simple Table", "heading", (255, 135, 347, 163)),
+        _at("Striped Table", "heading", (778, 135, 873, 163)),
+        _at("Nex", "button", (449, 497, 478, 508)),
+        _at("Next", "button", (962, 486, 1015, 520)),
+    ]
+    evidence = ImageEvidence("d", 1280, 800, elements)
+
+    def left(instructions: str) -> float:
+        answer = box.locate(_embed, instructions, [evidence])
+        assert answer.box is not None
+        return answer.box.to_pixels(1280, 800).left
+
+    assert left("the next page link under the simple table") == pytest.approx(449, abs=0.1)
+    assert left("the next page link under the striped table") == pytest.approx(962, abs=0.1)
+    # A context that names no element on the page changes nothing.
+    unnamed = "the next page link under the first table"
+    logits = box.candidate_logits(_embed, unnamed, elements)
+    assert box.context_term(unnamed, elements, logits).eq(0).all()
+    assert left(unnamed) == left("the next page link")
+
+
+def test_a_context_does_not_outweigh_the_name() -> None:
+    # "Week" sits nearer the chart's title, but the month button is the one asked for.
+    elements = [
+        _at("Statistics", "text", (302, 327, 378, 350)),
+        _at("Week", "button", (390, 322, 452, 357)),
+        _at("Month", "text", (842, 330, 880, 348)),  # its button's edge was not found
+    ]
+    evidence = ImageEvidence("d", 1280, 800, elements)
+    answer = box.locate(_embed, "the month button on the statistics chart", [evidence])
+    assert answer.box is not None and answer.box.to_pixels(1280, 800).left == pytest.approx(
+        842, abs=0.1
+    )
+    logits = box.candidate_logits(_embed, "the month button on the statistics chart", elements)
+    assert (
+        box.context_term("the month button on the statistics chart", elements, logits).eq(0).all()
+    )
+
+
 def test_a_small_select_is_named_by_the_words_around_it() -> None:
     # DataTables' "Show [10] entries": OCR reads three pieces, the select looks like a button.
     elements = [
