@@ -362,6 +362,11 @@ def ink_regions(
     return out
 
 
+_WORD_SHAPE = 1.6
+"""Least width / height of an ink region that continues a cut line (:func:`extend_cut_lines`).
+Regions are dilated 4 px each side and 1 px up and down: a 14 px icon is 22 x 16 (1.4),
+the "es" of a cut "Save chang" 23 x 13 (1.8)."""
+
 _CUT_GAP = 3
 """Most pixels between a line box and the ink that continues it (:func:`extend_cut_lines`).
 A line cut mid-word continues right at the box's edge (-1 px: the region's bounds are
@@ -376,7 +381,8 @@ def extend_cut_lines(
 
     At 0.6x the detector sometimes ends a light or small line early ("Type a cor" of "Type a
     comment"); the rest is left as ink on the same row, right after (or before) the box. A
-    word-shaped region (at least twice as wide as tall, so not an icon) that close is joined
+    word-shaped region (at least :data:`_WORD_SHAPE` times as wide as tall, so not an icon)
+    that close is joined
     to the box, and the recogniser reads the whole line. Detecting the rest on its own
     found the whole line again at full resolution, which was then dropped as a line
     already found.
@@ -393,7 +399,7 @@ def extend_cut_lines(
         joined = False
         # Word-shaped, and clear of every line found: ink around a found line (a button's
         # edge around its label) is no continuation of a neighbour.
-        if right - left >= 2 * height and not any(
+        if right - left >= _WORD_SHAPE * height and not any(
             min(right, b[2]) - max(left, b[0]) > 4 and min(bottom, b[3]) - max(top, b[1]) > 4
             for b in boxes
         ):
