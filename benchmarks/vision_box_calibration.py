@@ -26,7 +26,8 @@ is then fit on their ``tune`` split too (``--no-fit-tune``: fixtures only; ``hel
 pages are never fit on, only reported); ``--split tune`` opens the tune pages only (then
 ``--out`` is required: a part of the set never overwrites the committed JSON). The
 shipped constants (:data:`clef_engine.heads.box.CALIBRATION`) come from the run with the
-renders.
+renders whose leave-one-package-out check on the tune pages (:func:`by_package`) last
+said its fit carries to a new package better than the constants shipped before.
 
 Run:  python benchmarks/vision_box_calibration.py --threads 2 \
           --renders benchmarks/data/template_pages/renders [--latency]
@@ -160,6 +161,26 @@ def report(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
         "brier": round(float(((conf - hits) ** 2).mean()), 4),
         "misses_at_0.8_or_more": int(((conf >= 0.8) & (hits == 0)).sum()),
     }
+
+
+def by_package(rows: list[dict[str, Any]], tune: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the pixel fit carries to a package it was not fit on, from tune pages alone:
+    each tune package's rows scored by a fit on the fixtures and the other tune packages
+    (``refit``), beside the shipped constants and the raw softmax on the same rows. The
+    shipped constants are replaced by a run's fit only where ``refit`` has both the lower
+    ECE and the lower Brier score here; the held-out packages play no part in that choice."""
+    package = {p["id"]: p["package"] for p in load_manifest()["pages"]}
+    fixtures = [r for r in rows if r["source"] == "pixels" and r["group"] == "fit"]
+    scored = []
+    for name in sorted({package[r["page"]] for r in tune}):
+        test = [r for r in tune if package[r["page"]] == name]
+        train = fixtures + [r for r in tune if package[r["page"]] != name]
+        params = np.array(fit(train))
+        for r, c in zip(test, 1 / (1 + np.exp(-(features(test) @ params))), strict=True):
+            scored.append(
+                {**r, "refit": float(c), "shipped": box_head.hit_probability(r["p"], "pixels")}
+            )
+    return {key: report(scored, key) for key in ("p", "shipped", "refit")}
 
 
 def template_rows(
@@ -324,6 +345,9 @@ def main() -> None:
                     if not r["hit"]
                 ],
             }
+    tune = [r for r in rows if r["source"] == "pixels" and r["group"] == "templates_tune"]
+    if args.fit_tune and tune:
+        out["results"]["pixels/templates_tune_by_package"] = by_package(rows, tune)
     if timings:
         ms = [t["ms"] for t in timings]
         heavy = [t["ms"] for t in timings if t["ocr_lines"] >= 30]
