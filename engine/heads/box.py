@@ -239,12 +239,14 @@ def candidate_logits(
     instructions: str,
     elements: Sequence[Element],
     in_chrome: Sequence[bool] | None = None,
+    images: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """One logit per element: :func:`candidate_features` weighted by :data:`WEIGHTS`, then
-    :func:`context_term` where the instructions say where the element is."""
+    :func:`context_term` where the instructions say where the element is (``images``:
+    which image of a request each element is on; all on one by default)."""
     features = candidate_features(embed, instructions, elements, in_chrome)
     logits = features @ torch.tensor(WEIGHTS, dtype=features.dtype)
-    return logits + context_term(instructions, elements, logits)
+    return logits + context_term(instructions, elements, logits, images)
 
 
 CONTEXT = 5.0
@@ -264,8 +266,9 @@ _OVER = {"above"}
 
 def context_anchor(context: str, elements: Sequence[Element]) -> int | None:
     """The element whose text a context names (``"under the simple table"`` → the "Simple
-    Table" heading): the best word overlap with the context's own words, at least half of
-    them; ``None`` when the context names only a kind of place ("under the first table")."""
+    Table" heading): the best :func:`lexical_overlap` with the context's own words, at
+    least 0.5; ``None`` when the context names only a kind of place ("under the first
+    table")."""
     named = " ".join(w for w in words(context) if w not in _PLACES and w not in _CONTEXT_WORDS)
     if not named:
         return None
@@ -280,7 +283,10 @@ def context_anchor(context: str, elements: Sequence[Element]) -> int | None:
 
 
 def context_term(
-    instructions: str, elements: Sequence[Element], logits: torch.Tensor
+    instructions: str,
+    elements: Sequence[Element],
+    logits: torch.Tensor,
+    images: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Where the instructions say the element is, relative to an element they name ("the
     next page link under the simple table", "the settings button of the edit profile
@@ -288,7 +294,8 @@ def context_term(
     match the instructions' as well as any of them do, each loses
     :data:`CONTEXT` per e-fold of its distance to the anchor beyond the nearest one's. A
     candidate on the wrong side of it ("under": above the anchor) counts as three times
-    as far. Nothing changes when the context names no element on the page."""
+    as far. Only the anchor's image is ranked: positions on other images of a request
+    are not comparable. Nothing changes when the context names no element on the page."""
     zero = torch.zeros_like(logits)
     _, context = split_context(instructions)
     if not context or len(elements) < 2:
@@ -301,7 +308,14 @@ def context_term(
     relation = set(words(context)[:2])
     others = logits.clone()
     others[anchor] = -math.inf
-    near = [i for i in range(len(elements)) if others[i] >= others.max() - _NEAR]
+    if images is not None:
+        for i, image in enumerate(images):
+            if image != images[anchor]:
+                others[i] = -math.inf
+    top = float(others.max())
+    if not math.isfinite(top):
+        return zero
+    near = [i for i in range(len(elements)) if float(others[i]) >= top - _NEAR]
     # It chooses among candidates named alike ("Next" and OCR's "Nex"), not against the
     # name: a "Week" button near the anchor does not beat the "Month" asked for.
     target, _ = split_context(instructions)
@@ -357,7 +371,9 @@ def locate(
     if not candidates:
         return BoxAnswer(box=None, confidence=None)
     in_chrome = [c for ev in evidence for c in page_chrome(ev)]
-    logits = candidate_logits(embed, instructions, [e for _, _, e in candidates], in_chrome)
+    logits = candidate_logits(
+        embed, instructions, [e for _, _, e in candidates], in_chrome, [i for i, _, _ in candidates]
+    )
     probs = torch.softmax(logits.double(), dim=0)
     # Identical elements (six "Add to cart" buttons) score the same up to float noise,
     # which made argmax pick a different one from run to run; the first in reading order
@@ -388,7 +404,7 @@ def clickable_region(evidence: ImageEvidence, index: int) -> Sequence[float]:
 
 
 CALIBRATION: dict[str, tuple[float, float]] = {
-    "pixels": (0.5459, 1.0571),
+    "pixels": (0.4627, 1.593),
     "dom": (0.6462, 3.0023),
 }
 """Per evidence source, ``(a, c)`` of ``P(hit) = sigmoid(a·logit(p) + c)`` (Platt scaling),

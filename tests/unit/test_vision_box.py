@@ -204,6 +204,23 @@ def test_the_element_a_context_names_picks_between_twins() -> None:
     assert left(unnamed) == left("the next page link")
 
 
+def test_a_context_ranks_only_the_image_its_anchor_is_on() -> None:
+    # Image 1's "Next" sits where image 0's heading is: no nearer to it for that.
+    first = ImageEvidence(
+        "a",
+        1280,
+        800,
+        [
+            _at("Simple Table", "heading", (255, 135, 347, 163)),
+            _at("Next", "button", (900, 700, 950, 720)),
+        ],
+    )
+    second = ImageEvidence("b", 1280, 800, [_at("Next", "button", (260, 170, 310, 190))])
+    named = box.locate(_embed, "the next page link under the simple table", [first, second])
+    plain = box.locate(_embed, "the next page link", [first, second])
+    assert named.x_image == plain.x_image == 0  # type: ignore[attr-defined]
+
+
 def test_a_context_does_not_outweigh_the_name() -> None:
     # "Week" sits nearer the chart's title, but the month button is the one asked for.
     elements = [

@@ -729,13 +729,13 @@ def _empty_underline(
     for x0, x1, y, _ in _rules(array, bottom - h // 4, bottom + h // 2, right + 3 * h):
         if not right - 2 <= x0 <= right + 2 * h or x1 - x0 < max(4 * h, 80):
             continue
-        above = array[min(top, y - h) : y - 1, x0 + 2 : x1 - 2].astype(np.int32)
+        above = array[max(0, min(top, y - h)) : y - 1, x0 + 2 : x1 - 2].astype(np.int32)
         if above.size == 0:
             continue
         fill = np.median(above.reshape(-1, 3), axis=0)
         if int((np.abs(above - fill).sum(axis=-1) > 24).sum()) >= 6:
             continue  # text, an icon or a box above it: a table's or card's rule
-        return (x0, min(top, y - h), x1, y + 1)
+        return (x0, max(0, min(top, y - h)), x1, y + 1)
     return None
 
 
