@@ -88,6 +88,46 @@ def test_a_line_the_detector_cut_short_is_grown_over_the_rest() -> None:
     assert all(r[2] <= 68 or r[0] >= edge - 6 for r in rest)
 
 
+class _CutDetector:
+    """A RapidOCR stand-in whose small-copy detection cuts a line short."""
+
+    def __init__(self, cut: np.ndarray, scale: float) -> None:
+        self.cut, self.scale, self.read_boxes = cut, scale, []
+
+    def text_det(self, image: np.ndarray):
+        if image.shape[1] == round(1280 * self.scale):  # the 0.6x copy
+            return np.asarray([self.cut * self.scale]), 0.0
+        return None, 0.0  # the second pass's mosaic: nothing new
+
+    def sorted_boxes(self, boxes):
+        return list(boxes)
+
+    def get_crop_img_list(self, image, boxes):
+        self.read_boxes = [_bounds(b) for b in boxes]
+        return [
+            image[int(b[:, 1].min()) : int(b[:, 1].max()), int(b[:, 0].min()) : int(b[:, 0].max())]
+            for b in boxes
+        ]
+
+    def text_rec(self, crops):
+        return [("Type a comment", 0.99) for _ in crops], 0.0
+
+
+def test_the_recogniser_reads_the_whole_line_the_detector_cut() -> None:
+    img = Image.new("RGB", (1280, 800), "white")
+    d = ImageDraw.Draw(img)
+    font = ImageFont.load_default(16)
+    d.text((200, 300), "Type a comment", fill="#777777", font=font)
+    left, top, right, bottom = d.textbbox((200, 300), "Type a comment", font=font)
+    ocr = RapidOcr(threads=1)
+    stub = _CutDetector(_quad(left - 3, top - 3, left + 0.55 * (right - left), bottom + 3), 0.6)
+    ocr._engine = stub
+    [line] = ocr.read(img)
+    assert len(stub.read_boxes) == 1
+    assert stub.read_boxes[0][2] >= right  # the crop read holds the whole line
+    assert line.box[2] >= right
+
+
 FIELD = (120, 100, 520, 140)
 
 
