@@ -310,6 +310,34 @@ def test_an_empty_material_input_after_its_label_is_a_field() -> None:
     assert fields[0].label == "Search:"
 
 
+def _ticked_box(d: ImageDraw.ImageDraw, left: int, top: int) -> tuple[int, int, int, int]:
+    """A ticked checkbox as themes draw one: a filled square, a white tick inside."""
+    d.rounded_rectangle((left, top, left + 20, top + 20), radius=3, fill="#696cff")
+    d.line((left + 5, top + 10, left + 9, top + 14, left + 15, top + 6), fill="white", width=2)
+    return (left, top, left + 20, top + 20)
+
+
+def test_ticked_checkboxes_in_a_settings_grid_are_named_by_row_and_column() -> None:
+    img = Image.new("RGB", (1280, 400), "white")
+    d = ImageDraw.Draw(img)
+    lines = [_text(d, (770, 60), "EMAIL", 14, fill="#566a7f")]
+    lines.append(_text(d, (955, 60), "BROWSER", 14, fill="#566a7f"))
+    boxes = {}
+    for row, top in (("New for you", 102), ("Account activity", 147)):
+        lines.append(_text(d, (300, top), row, 15, fill="#566a7f"))
+        boxes[f"{row} EMAIL"] = _ticked_box(d, 790, top - 2)
+        boxes[f"{row} BROWSER"] = _ticked_box(d, 984, top - 2)
+    # A tab's count badge: the same filled square right after its text, its digit unread.
+    lines.append(_text(d, (300, 250), "Trash", 15, fill="#696cff"))
+    badge_left = int(lines[-1].box[2]) + 6
+    d.rounded_rectangle((badge_left, 250, badge_left + 20, 270), radius=3, fill="#696cff")
+    d.ellipse((badge_left + 6, 254, badge_left + 14, 266), outline="white", width=2)
+    checks = {e.label: e.region for e in analyse(img, lines) if e.role == "checkbox"}
+    assert set(checks) == set(boxes), checks
+    for name, rect in boxes.items():
+        assert _inside(checks[name], rect), (name, checks[name], rect)
+
+
 def _headline(text: str, top: float, h: float) -> Element:
     box = (100.0, top, 100.0 + 0.6 * h * len(text), top + h)
     return Element(text, box, box, "heading", 0.99)
