@@ -310,6 +310,24 @@ def test_an_empty_material_input_after_its_label_is_a_field() -> None:
     assert fields[0].label == "Search:"
 
 
+def test_a_material_select_between_two_words_is_named_by_them() -> None:
+    # "Show [10 v] entries": the select's text sits 6 px in from its rule, the rule runs
+    # a text height and a half past it, and OCR's box of "entries" reaches over its end.
+    img = Image.new("RGB", (800, 200), "white")
+    d = ImageDraw.Draw(img)
+    show = _text(d, (100, 80), "Show", 14, fill="#333333")
+    ten = _text(d, (156, 80), "10", 13, fill="#333333")
+    h = ten.box[3] - ten.box[1]
+    foot, end = int(ten.box[3]) + 3, int(ten.box[2] + 1.5 * h)
+    d.line((146, foot, end, foot), fill="#dddddd")
+    entries = _text(d, (end + 6, 80), "entries", 14, fill="#333333")
+    entries = OcrLine(entries.text, (end - 12.0, *entries.box[1:]), entries.score)
+    elements = analyse(img, [show, ten, entries])
+    [select] = [e for e in elements if e.text == "10"]
+    assert select.role == "field" and select.region[0] <= 147 and select.region[2] >= end - 1
+    assert select.label == "Show entries"
+
+
 def _ticked_box(d: ImageDraw.ImageDraw, left: int, top: int) -> tuple[int, int, int, int]:
     """A ticked checkbox as themes draw one: a filled square, a white tick inside."""
     d.rounded_rectangle((left, top, left + 20, top + 20), radius=3, fill="#696cff")

@@ -385,8 +385,8 @@ def _grid_label(element: Element, elements: Sequence[Element]) -> str | None:
 
 def _inline_label(element: Element, elements: Sequence[Element]) -> str | None:
     """The words around a small select on its row ("Show [10] entries" → "Show entries"):
-    the text that ends just left of a control showing three characters at most, and the
-    text that starts just right of it."""
+    the text that ends just left of a control (a button or a Material field) showing three
+    characters at most, and the text that starts just right of it."""
     left, top, right, bottom = element.region
     h = bottom - top
     before = after = None
@@ -396,9 +396,11 @@ def _inline_label(element: Element, elements: Sequence[Element]) -> str | None:
         o_left, o_top, o_right, o_bottom = other.box
         if not top <= (o_top + o_bottom) / 2.0 <= bottom:
             continue
-        if -4 <= left - o_right <= h:
+        # OCR's box reaches past its ink by up to a text height, over the select's edge.
+        reach = max(4.0, o_bottom - o_top)
+        if -reach <= left - o_right <= h:
             before = other.text
-        elif -4 <= o_left - right <= h:
+        elif -reach <= o_left - right <= h:
             after = other.text
     words = [w for w in (before, after) if w]
     return " ".join(words) if len(words) == 2 else None
@@ -409,7 +411,11 @@ def _attach_labels(elements: list[Element]) -> list[Element]:
     showing a number or a few letters) the words around it."""
     out = []
     for element in elements:
-        if element.role == "button" and len(element.text.strip()) <= 3 and not element.label:
+        if (
+            element.role in ("button", "field")
+            and 0 < len(element.text.strip()) <= 3
+            and not element.label
+        ):
             label = _inline_label(element, elements)
             out.append(replace(element, label=label) if label else element)
             continue
@@ -730,14 +736,15 @@ def _underline(
 ) -> tuple[int, int, int, int] | None:
     """The input a text line sits in when the input is drawn as a line under it (Material
     Design): a thin, flat horizontal rule at the text's foot that starts under the text
-    and runs well past its end. Its box, from the text's top to the rule; ``None``
+    (or up to 10 px before it: a select's padding) and runs at least a text height past
+    its end. Its box, from the text's top to the rule; ``None``
     otherwise. (A link's underline ends with its text; a card's rule starts at the card's
     edge, before the text; a box's top edge under a label turns down at its ends.)"""
     left, top, right, bottom = box
     h = bottom - top
-    # The rule must pass right + 2h: only that column is scanned (cheap).
-    for x0, x1, y, _ in _rules(array, top + h // 2, bottom + h // 3, right + 2 * h):
-        if left - 4 <= x0 <= right - min(2 * h, 0.3 * (right - left)):
+    # The rule must pass right + h: only that column is scanned (cheap).
+    for x0, x1, y, _ in _rules(array, top + h // 2, bottom + h // 3, right + h):
+        if left - 10 <= x0 <= right - min(2 * h, 0.3 * (right - left)):
             return (x0, top, x1, y + 1)
     return None
 
