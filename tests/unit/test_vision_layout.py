@@ -322,10 +322,15 @@ def test_a_material_select_between_two_words_is_named_by_them() -> None:
     d.line((146, foot, end, foot), fill="#dddddd")
     entries = _text(d, (end + 6, 80), "entries", 14, fill="#333333")
     entries = OcrLine(entries.text, (end - 12.0, *entries.box[1:]), entries.score)
-    elements = analyse(img, [show, ten, entries])
+    # A card whose bottom edge runs right under a button, from 6 px before its text: no
+    # select (a dense shop's "Add to cart" buttons were read as fields that way).
+    add = _text(d, (400, 122), "Add to cart", 14, fill="#166534")
+    d.rectangle((int(add.box[0]) - 6, 40, 640, int(add.box[3]) + 4), outline="#d1d5db")
+    elements = analyse(img, [show, ten, entries, add])
     [select] = [e for e in elements if e.text == "10"]
     assert select.role == "field" and select.region[0] <= 147 and select.region[2] >= end - 1
     assert select.label == "Show entries"
+    assert next(e for e in elements if e.text == "Add to cart").role != "field"
 
 
 def _ticked_box(d: ImageDraw.ImageDraw, left: int, top: int) -> tuple[int, int, int, int]:

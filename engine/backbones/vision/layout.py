@@ -736,15 +736,20 @@ def _underline(
 ) -> tuple[int, int, int, int] | None:
     """The input a text line sits in when the input is drawn as a line under it (Material
     Design): a thin, flat horizontal rule at the text's foot that starts under the text
-    (or up to 10 px before it: a select's padding) and runs at least a text height past
-    its end. Its box, from the text's top to the rule; ``None``
-    otherwise. (A link's underline ends with its text; a card's rule starts at the card's
-    edge, before the text; a box's top edge under a label turns down at its ends.)"""
+    (or up to 10 px before it where it ends within three text heights after it: a
+    select's padding) and runs at least a text height past its end. Its box, from the
+    text's top to the rule; ``None`` otherwise. (A link's underline ends with its text; a
+    card's rule starts at the card's edge, before the text; a box's top edge under a label
+    turns down at its ends.)"""
     left, top, right, bottom = box
     h = bottom - top
     # The rule must pass right + h: only that column is scanned (cheap).
     for x0, x1, y, _ in _rules(array, top + h // 2, bottom + h // 3, right + h):
-        if left - 10 <= x0 <= right - min(2 * h, 0.3 * (right - left)):
+        if x0 > right - min(2 * h, 0.3 * (right - left)):
+            continue
+        # From under the text; or a little before it, a select's padding, when the rule
+        # ends soon after (a card's bottom edge, right under a button, runs on).
+        if left - 4 <= x0 or (left - 10 <= x0 and x1 <= right + 3 * h):
             return (x0, top, x1, y + 1)
     return None
 
