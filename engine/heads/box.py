@@ -312,10 +312,10 @@ def context_term(
         for i, image in enumerate(images):
             if image != images[anchor]:
                 others[i] = -math.inf
-    top = float(others.max())
-    if not math.isfinite(top):
+    best = float(others.max())
+    if not math.isfinite(best):
         return zero
-    near = [i for i in range(len(elements)) if float(others[i]) >= top - _NEAR]
+    near = [i for i in range(len(elements)) if float(others[i]) >= best - _NEAR]
     # It chooses among candidates named alike ("Next" and OCR's "Nex"), not against the
     # name: a "Week" button near the anchor does not beat the "Month" asked for.
     target, _ = split_context(instructions)
@@ -332,9 +332,10 @@ def context_term(
             d *= 3.0
         distance[i] = d
     nearest = min(distance.values())
+    term = zero.clone()
     for i, d in distance.items():
-        zero[i] = -CONTEXT * math.log(d / nearest)
-    return zero
+        term[i] = -CONTEXT * math.log(d / nearest)
+    return term
 
 
 def page_chrome(evidence: ImageEvidence) -> list[bool]:
