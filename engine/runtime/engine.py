@@ -73,8 +73,8 @@ ANSWER_RULES = 3
 version sees that answers changed even where no weight did. 2: a yes/no question taught by
 examples is answered on the general model's vectors, and examples on one side only are read
 as that side's description. 3: screenshots are read with cut lines grown whole, empty
-Material inputs and selects, ticked checkboxes and short navbar links found, and box
-questions ranked by the element their context names (all 2026-12-07)."""
+Material inputs and short navbar links found, and box questions ranked by the element their
+context names (all 2026-12-07)."""
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]

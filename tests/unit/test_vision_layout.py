@@ -310,57 +310,6 @@ def test_an_empty_material_input_after_its_label_is_a_field() -> None:
     assert fields[0].label == "Search:"
 
 
-def test_a_material_select_between_two_words_is_named_by_them() -> None:
-    # "Show [10 v] entries": the select's text sits 6 px in from its rule, the rule runs
-    # a text height and a half past it, and OCR's box of "entries" reaches over its end.
-    img = Image.new("RGB", (800, 200), "white")
-    d = ImageDraw.Draw(img)
-    show = _text(d, (100, 80), "Show", 14, fill="#333333")
-    ten = _text(d, (156, 80), "10", 13, fill="#333333")
-    h = ten.box[3] - ten.box[1]
-    foot, end = int(ten.box[3]) + 3, int(ten.box[2] + 1.5 * h)
-    d.line((146, foot, end, foot), fill="#dddddd")
-    entries = _text(d, (end + 6, 80), "entries", 14, fill="#333333")
-    entries = OcrLine(entries.text, (end - 12.0, *entries.box[1:]), entries.score)
-    # A card whose bottom edge runs right under a button, from 6 px before its text: no
-    # select (a dense shop's "Add to cart" buttons were read as fields that way).
-    add = _text(d, (400, 122), "Add to cart", 14, fill="#166534")
-    d.rectangle((int(add.box[0]) - 6, 40, 640, int(add.box[3]) + 4), outline="#d1d5db")
-    elements = analyse(img, [show, ten, entries, add])
-    [select] = [e for e in elements if e.text == "10"]
-    assert select.role == "field" and select.region[0] <= 147 and select.region[2] >= end - 1
-    assert select.label == "Show entries"
-    assert next(e for e in elements if e.text == "Add to cart").role != "field"
-
-
-def _ticked_box(d: ImageDraw.ImageDraw, left: int, top: int) -> tuple[int, int, int, int]:
-    """A ticked checkbox as themes draw one: a filled square, a white tick inside."""
-    d.rounded_rectangle((left, top, left + 20, top + 20), radius=3, fill="#696cff")
-    d.line((left + 5, top + 10, left + 9, top + 14, left + 15, top + 6), fill="white", width=2)
-    return (left, top, left + 20, top + 20)
-
-
-def test_ticked_checkboxes_in_a_settings_grid_are_named_by_row_and_column() -> None:
-    img = Image.new("RGB", (1280, 400), "white")
-    d = ImageDraw.Draw(img)
-    lines = [_text(d, (770, 60), "EMAIL", 14, fill="#566a7f")]
-    lines.append(_text(d, (955, 60), "BROWSER", 14, fill="#566a7f"))
-    boxes = {}
-    for row, top in (("New for you", 102), ("Account activity", 147)):
-        lines.append(_text(d, (300, top), row, 15, fill="#566a7f"))
-        boxes[f"{row} EMAIL"] = _ticked_box(d, 790, top - 2)
-        boxes[f"{row} BROWSER"] = _ticked_box(d, 984, top - 2)
-    # A tab's count badge: the same filled square right after its text, its digit unread.
-    lines.append(_text(d, (300, 250), "Trash", 15, fill="#696cff"))
-    badge_left = int(lines[-1].box[2]) + 6
-    d.rounded_rectangle((badge_left, 250, badge_left + 20, 270), radius=3, fill="#696cff")
-    d.ellipse((badge_left + 6, 254, badge_left + 14, 266), outline="white", width=2)
-    checks = {e.label: e.region for e in analyse(img, lines) if e.role == "checkbox"}
-    assert set(checks) == set(boxes), checks
-    for name, rect in boxes.items():
-        assert _inside(checks[name], rect), (name, checks[name], rect)
-
-
 def _headline(text: str, top: float, h: float) -> Element:
     box = (100.0, top, 100.0 + 0.6 * h * len(text), top + h)
     return Element(text, box, box, "heading", 0.99)

@@ -362,31 +362,10 @@ def _label_of(element: Element, elements: Sequence[Element]) -> str | None:
     return best[1] if best else None
 
 
-def _grid_label(element: Element, elements: Sequence[Element]) -> str | None:
-    """A checkbox in a grid (a settings matrix: one row per notification, one column per
-    channel) named by the nearest text left of it on its row and its column's header:
-    "New for you EMAIL"."""
-    left, top, right, bottom = element.region
-    h, cx, cy = bottom - top, (left + right) / 2.0, (top + bottom) / 2.0
-    texts = [o for o in elements if o.text and o.role in ("text", "heading")]
-    row = [o for o in texts if o.box[2] <= left and abs((o.box[1] + o.box[3]) / 2.0 - cy) <= h]
-    column = [
-        o
-        for o in texts
-        if o.box[3] <= top + 2 and o.box[0] - h <= cx <= o.box[2] + h and top - o.box[3] <= 8 * h
-    ]
-    words = []
-    if row:
-        words.append(max(row, key=lambda o: o.box[2]).text)  # the nearest: not a sidebar's
-    if column:
-        words.append(max(column, key=lambda o: o.box[3]).text)
-    return " ".join(words) or None
-
-
 def _inline_label(element: Element, elements: Sequence[Element]) -> str | None:
     """The words around a small select on its row ("Show [10] entries" → "Show entries"):
-    the text that ends just left of a control (a button or a Material field) showing three
-    characters at most, and the text that starts just right of it."""
+    the text that ends just left of a control showing three characters at most, and the
+    text that starts just right of it."""
     left, top, right, bottom = element.region
     h = bottom - top
     before = after = None
@@ -396,11 +375,9 @@ def _inline_label(element: Element, elements: Sequence[Element]) -> str | None:
         o_left, o_top, o_right, o_bottom = other.box
         if not top <= (o_top + o_bottom) / 2.0 <= bottom:
             continue
-        # OCR's box reaches past its ink by up to a text height, over the select's edge.
-        reach = max(4.0, o_bottom - o_top)
-        if -reach <= left - o_right <= h:
+        if -4 <= left - o_right <= h:
             before = other.text
-        elif -reach <= o_left - right <= h:
+        elif -4 <= o_left - right <= h:
             after = other.text
     words = [w for w in (before, after) if w]
     return " ".join(words) if len(words) == 2 else None
@@ -411,11 +388,7 @@ def _attach_labels(elements: list[Element]) -> list[Element]:
     showing a number or a few letters) the words around it."""
     out = []
     for element in elements:
-        if (
-            element.role in ("button", "field")
-            and 0 < len(element.text.strip()) <= 3
-            and not element.label
-        ):
+        if element.role == "button" and len(element.text.strip()) <= 3 and not element.label:
             label = _inline_label(element, elements)
             out.append(replace(element, label=label) if label else element)
             continue
@@ -423,8 +396,6 @@ def _attach_labels(elements: list[Element]) -> list[Element]:
             out.append(element)
             continue
         label = _label_of(element, elements)
-        if label is None and element.role == "checkbox":
-            label = _grid_label(element, elements)
         if element.role == "field":
             _, top, right, bottom = element.region
             # A button right after the field on its row names what the field is for
@@ -550,8 +521,6 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         if control.box in used:
             continue
         role = _empty_control_role(control, _pale(control))
-        if role is None and _ticked(array, control) and not _badge(control, elements):
-            role = "checkbox"
         if role is None and _before_button(control, elements):
             role = "field"
         if role is None:
@@ -736,20 +705,14 @@ def _underline(
 ) -> tuple[int, int, int, int] | None:
     """The input a text line sits in when the input is drawn as a line under it (Material
     Design): a thin, flat horizontal rule at the text's foot that starts under the text
-    (or up to 10 px before it where it ends within three text heights after it: a
-    select's padding) and runs at least a text height past its end. Its box, from the
-    text's top to the rule; ``None`` otherwise. (A link's underline ends with its text; a
-    card's rule starts at the card's edge, before the text; a box's top edge under a label
-    turns down at its ends.)"""
+    and runs well past its end. Its box, from the text's top to the rule; ``None``
+    otherwise. (A link's underline ends with its text; a card's rule starts at the card's
+    edge, before the text; a box's top edge under a label turns down at its ends.)"""
     left, top, right, bottom = box
     h = bottom - top
-    # The rule must pass right + h: only that column is scanned (cheap).
-    for x0, x1, y, _ in _rules(array, top + h // 2, bottom + h // 3, right + h):
-        if x0 > right - min(2 * h, 0.3 * (right - left)):
-            continue
-        # From under the text; or a little before it, a select's padding, when the rule
-        # ends soon after (a card's bottom edge, right under a button, runs on).
-        if left - 4 <= x0 or (left - 10 <= x0 and x1 <= right + 3 * h):
+    # The rule must pass right + 2h: only that column is scanned (cheap).
+    for x0, x1, y, _ in _rules(array, top + h // 2, bottom + h // 3, right + 2 * h):
+        if left - 4 <= x0 <= right - min(2 * h, 0.3 * (right - left)):
             return (x0, top, x1, y + 1)
     return None
 
@@ -796,31 +759,6 @@ def _title_band(section: Control, lines: Sequence[OcrLine]) -> bool:
     tallest = max(b[3] - b[1] for b in inside)
     centres = [(b[1] + b[3]) / 2.0 for b in inside]
     return section.height <= 3.5 * tallest and max(centres) - min(centres) <= 0.5 * tallest
-
-
-def _ticked(array: np.ndarray, control: Control) -> bool:
-    """Whether a rectangle is a ticked checkbox: a small square filled with a colour (the
-    theme's, not a grey) with a light mark inside, the tick, that OCR does not read."""
-    w, h = control.width, control.height
-    fill = control.fill
-    if control.grid or not control.uniform or not 10 <= h <= 24 or not 0.8 <= w / h <= 1.25:
-        return False
-    if max(fill) - min(fill) < 60 or min(fill) >= 200:
-        return False
-    left, top, right, bottom = control.box
-    inside = array[top + 2 : bottom - 2, left + 2 : right - 2].reshape(-1, 3)
-    return inside.size > 0 and float((inside.min(axis=1) >= 200).mean()) >= 0.04
-
-
-def _badge(control: Control, elements: Sequence[Element]) -> bool:
-    """Whether a small filled square right after a text on its row is a count badge
-    ("Trash [0]", whose digit OCR missed), not a ticked checkbox."""
-    left, top, _, bottom = control.box
-    for e in elements:
-        _, e_top, e_right, e_bottom = e.box
-        if e.text and top <= (e_top + e_bottom) / 2.0 <= bottom and 0 <= left - e_right <= 24:
-            return True
-    return False
 
 
 def _before_button(control: Control, elements: Sequence[Element]) -> bool:
