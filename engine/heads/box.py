@@ -297,7 +297,7 @@ def context_term(
     as far. Only the anchor's image is ranked: positions on other images of a request
     are not comparable. Nothing changes when the context names no element on the page."""
     zero = torch.zeros_like(logits)
-    _, context = split_context(instructions)
+    target, context = split_context(instructions)
     if not context or len(elements) < 2:
         return zero
     anchor = context_anchor(context, elements)
@@ -318,7 +318,6 @@ def context_term(
     near = [i for i in range(len(elements)) if float(others[i]) >= best - _NEAR]
     # It chooses among candidates named alike ("Next" and OCR's "Nex"), not against the
     # name: a "Week" button near the anchor does not beat the "Month" asked for.
-    target, _ = split_context(instructions)
     overlap = {i: _lexical(target, elements[i]) for i in near}
     near = [i for i in near if overlap[i] >= max(overlap.values()) - 1e-6]
     if len(near) < 2:
