@@ -226,11 +226,13 @@ def _mark_sections(controls: list[Control], panels: list[Rect]) -> list[Control]
     return out
 
 
-def _mark_grid(controls: list[Control]) -> list[Control]:
+def _mark_grid(controls: list[Control], array: np.ndarray) -> list[Control]:
     """Flag table cells (a side shared with a same-sized neighbour, the border between them
-    a few pixels thick) and the rows and tables that hold them (two or more inside). A
-    wide box whose only such neighbour is a square cell at its side is an input with its
-    icon (an input group), not a cell; the icon cell is still flagged."""
+    a few pixels thick) and the rows and tables that hold them (two or more inside). A wide box
+    whose only such neighbour is a square cell at its side is an input with its icon (an
+    input group), not a cell; the icon cell is still flagged. Neighbours drawn apart, each
+    with its own border and the page between them (inputs side by side in a form row), are
+    not cells either."""
     out = []
     near = 6
     for c in controls:
@@ -250,11 +252,45 @@ def _mark_grid(controls: list[Control]) -> list[Control]:
             inside += l1 <= l2 and t1 <= t2 and r2 <= r1 and b2 <= b1
             if same_row and touch_h and _addon_of(o, c):
                 continue  # an input group's icon: the input is still an input
+            if same_row and touch_h and _apart(array, c.box, o.box, horizontal=True):
+                continue
+            if same_col and touch_v and _apart(array, c.box, o.box, horizontal=False):
+                continue
             if (same_row and touch_h) or (same_col and touch_v) or inside >= 2:
                 grid = True
                 break
         out.append(c if not grid else replace(c, grid=True))
     return out
+
+
+def _apart(array: np.ndarray, a: Rect, b: Rect, horizontal: bool) -> bool:
+    """Whether two neighbouring rectangles have a border each, with the page between them.
+
+    Across the strip between them, a shared border is one line; two controls a gutter apart
+    are two lines with a run of the page between. Lines are counted on the middle half of
+    the rows (columns, for ``horizontal=False``) the two share, against the strip's
+    dominant colour, and the median count decides.
+    """
+    if not horizontal:
+        array = array.transpose(1, 0, 2)
+        a = (a[1], a[0], a[3], a[2])
+        b = (b[1], b[0], b[3], b[2])
+    if b[0] < a[0]:
+        a, b = b, a
+    x0, x1 = max(0, min(a[2], b[0]) - 3), min(array.shape[1], max(a[2], b[0]) + 3)
+    y0, y1 = max(a[1], b[1]), min(a[3], b[3])
+    q = (y1 - y0) // 4
+    strip = array[y0 + q : y1 - q, x0:x1].astype(np.int32)
+    if strip.shape[0] == 0 or strip.shape[1] < 5:
+        return False
+    packed = (strip[..., 0] << 16) | (strip[..., 1] << 8) | strip[..., 2]
+    colours, counts = np.unique(packed, return_counts=True)
+    top = int(colours[int(np.argmax(counts))])
+    page = np.array([top >> 16, (top >> 8) & 255, top & 255], np.int32)
+    ink = np.abs(strip - page).sum(axis=-1) > 24
+    # A line starts where ink follows no ink: count the starts in each row.
+    starts = (ink[:, 1:] & ~ink[:, :-1]).sum(axis=1) + ink[:, 0]
+    return bool(np.median(starts) >= 2)
 
 
 def _addon_of(addon: Control, c: Control) -> bool:
@@ -271,5 +307,5 @@ def find_controls(array: np.ndarray) -> list[Control]:
     if not available() or array.ndim != 3 or min(array.shape[:2]) < MIN_SIDE:
         return []
     rects, panels = _rects(np.ascontiguousarray(array))
-    controls = _mark_grid([_describe(array, r) for r in _dedupe(rects)])
+    controls = _mark_grid([_describe(array, r) for r in _dedupe(rects)], array)
     return _mark_sections(controls, panels)
