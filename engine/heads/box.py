@@ -59,7 +59,7 @@ ROLE = 2.5
 CHROME = 1.5
 
 _ROLE_WORDS = {
-    "button": ("button", "btn", "click", "press", "tap", "submit"),
+    "button": ("button", "btn", "click", "press", "tap", "submit", "icon"),
     "field": ("field", "input", "textbox", "box", "bar", "type", "enter", "fill"),
     "heading": ("heading", "title", "headline", "header"),
     "checkbox": ("checkbox", "check", "tick", "checkmark", "radio", "toggle", "option"),

@@ -67,7 +67,7 @@ from clef_engine.schema.questions import Noul, _Question
 from clef_engine.schema.render import question_cache_key
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
-ANSWER_RULES = 4
+ANSWER_RULES = 5
 """Revision of how answers are computed from given weights and calibration, part of
 :attr:`DecisionEngine.model_version`: a cache, decision log or saved threshold keyed by the
 version sees that answers changed even where no weight did. 2: a yes/no question taught by
@@ -75,7 +75,8 @@ examples is answered on the general model's vectors, and examples on one side on
 as that side's description. 3: screenshots are read with cut lines grown whole, empty
 Material inputs and short navbar links found, and box questions ranked by the element their
 context names (all 2026-12-07). 4: inputs side by side in a form row are fields, and box
-confidences are refit on the larger tune set of template pages (2026-12-07)."""
+confidences are refit on the larger tune set of template pages. 5: search magnifiers and
+menu icons are buttons named "search" and "menu" (2026-12-07)."""
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]

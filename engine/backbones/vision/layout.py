@@ -35,6 +35,7 @@ from PIL import Image
 
 from clef_engine.backbones.vision.chrome import chrome, sidebar
 from clef_engine.backbones.vision.controls import Control, _cv2, available, find_controls
+from clef_engine.backbones.vision.icons import find_icons
 from clef_engine.backbones.vision.ocr import OcrLine
 from clef_engine.backbones.vision.reading_order import reading_order
 
@@ -541,7 +542,65 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         box = tuple(float(v) for v in control.box)
         elements.append(Element("", box, box, role, 1.0))  # type: ignore[arg-type]
     elements += _underlined_inputs(array, elements)
+    elements = _icon_buttons(array, elements, controls, used)
     return _attach_labels(reading_order(elements))
+
+
+def _icon_buttons(
+    array: np.ndarray,
+    elements: list[Element],
+    controls: Sequence[Control],
+    used: set[tuple[int, int, int, int]],
+) -> list[Element]:
+    """``elements`` with a button for each search magnifier and menu icon
+    (:func:`~.icons.find_icons`), named by its ``label`` ("search", "menu"). Its region is
+    the button drawn around it when there is one (no text read inside), else the icon
+    with a few pixels of margin. What OCR read from the icon itself (a "Q", an "α") and an
+    empty control that is the icon's own outline give way to it. A magnifier in front of
+    a field (inside its left half, or just before it on its row) is the field's
+    decoration, not a button: the field is what is clicked."""
+    texts = [e.box for e in elements if len(e.text.strip()) >= 2]
+    # A button stuck to its input is flagged a cell (one border between them): still a button.
+    icons = find_icons(array, texts, [c for c in controls if c.box not in used])
+    if not icons:
+        return elements
+    height, width = array.shape[:2]
+    out = list(elements)
+    fields = [e.region for e in elements if e.role == "field"]
+    for name, (left, top, right, bottom) in icons:
+        cy = (top + bottom) / 2.0
+        if any(f[1] <= cy <= f[3] and f[0] - 16 <= right <= (f[0] + f[2]) / 2.0 for f in fields):
+            continue
+        near = (left - 3, top - 3, right + 3, bottom + 3)
+
+        def within(box: Box4, near: Box4 = near) -> bool:
+            return (
+                box[0] >= near[0] and box[1] >= near[1] and box[2] <= near[2] and box[3] <= near[3]
+            )
+
+        out = [e for e in out if not (len(e.text.strip()) < 2 and within(e.region))]
+        holders = [
+            c
+            for c in controls
+            if c.box not in used
+            and c.contains((left, top, right, bottom), slack=0.0)
+            and c.height <= 64
+            and c.width <= 4 * max(c.height, right - left)
+        ]
+        if holders:
+            region: Box4 = tuple(
+                float(v) for v in min(holders, key=lambda c: c.width * c.height).box
+            )  # type: ignore[assignment]
+        else:
+            region = (
+                float(max(0, left - 4)),
+                float(max(0, top - 4)),
+                float(min(width, right + 4)),
+                float(min(height, bottom + 4)),
+            )
+        box: Box4 = (float(left), float(top), float(right), float(bottom))
+        out.append(Element("", box, region, "button", 1.0, label=name))
+    return out
 
 
 def _underlined_inputs(array: np.ndarray, elements: Sequence[Element]) -> list[Element]:
