@@ -66,6 +66,18 @@ def test_rings_without_a_diagonal_handle_and_badges_are_not_search_icons() -> No
     assert find_icons(page, [(380.0, 40.0, 520.0, 82.0)]) == []
 
 
+def test_letters_with_a_stem_beside_a_bowl_are_not_search_icons() -> None:
+    # A "P", "p", "q" or "4" standing alone (an avatar's initial, the active page of a
+    # pagination) has a ring and a stroke leaving it, but steeper than a handle.
+    for size in range(12, 34, 3):
+        font = ImageFont.load_default(size=size)
+        for ch in "Ppq4":
+            for fg, bg in (((40, 40, 40), "white"), ((255, 255, 255), (60, 90, 200))):
+                img = Image.new("RGB", (120, 90), bg)
+                ImageDraw.Draw(img).text((40, 25), ch, font=font, fill=fg)
+                assert find_icons(np.asarray(img).copy(), []) == [], (ch, size, fg)
+
+
 def test_three_even_bars_are_a_menu_but_list_and_alignment_icons_are_not() -> None:
     page = np.full((120, 400, 3), 255, np.uint8)
     for y in (40, 47, 54):
@@ -107,3 +119,20 @@ def test_an_icon_button_is_a_named_button_and_a_fields_decoration_is_not() -> No
     assert abs(top - 40) <= 3 and abs(bottom - 78) <= 3
     assert [e.text for e in elements if e.role == "button" and e.text] == ["Search"]
     assert not [e for e in elements if e.region[2] <= 125 and e.region[1] >= 130], elements
+
+
+def test_a_magnifier_before_a_borderless_search_boxs_placeholder_is_its_decoration() -> None:
+    page = np.full((120, 900, 3), (30, 30, 46), np.uint8)  # a dark navbar
+    _magnifier(page, 60, 50, (200, 200, 210))
+    img = Image.fromarray(page)
+    d = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=16)
+    d.text((86, 42), "Search...", font=font, fill=(150, 150, 160))
+    left, top, right, bottom = d.textbbox((86, 42), "Search...", font=font)
+    placeholder = OcrLine("Search...", (left - 2.0, top - 3.0, right + 2.0, bottom + 3.0), 0.99)
+    page = np.asarray(img).copy()
+    _magnifier(page, 800, 50, (200, 200, 210))  # and one on its own: a search button
+    elements = analyse(Image.fromarray(page), [placeholder])
+    icons = [e for e in elements if e.label == "search" and not e.text]
+    assert len(icons) == 1, elements
+    assert icons[0].region[0] > 700

@@ -122,7 +122,7 @@ def test_grey_image_placeholder_and_table_cells_are_not_inputs() -> None:
 def test_inputs_side_by_side_in_a_form_row_are_fields_not_table_cells() -> None:
     # A dark form row (Black Dashboard's profile): three bordered inputs 8 px apart, each
     # with its label above; the faint borders differ from the fill mostly in blue.
-    img = Image.new("RGB", (960, 300), (39, 41, 61))
+    img = Image.new("RGB", (960, 320), (39, 41, 61))
     d = ImageDraw.Draw(img)
     inputs = [(40, 120, 288, 159), (296, 120, 449, 159), (457, 120, 653, 159)]
     lines = []
@@ -136,12 +136,17 @@ def test_inputs_side_by_side_in_a_form_row_are_fields_not_table_cells() -> None:
     # A table row's cells share their border lines: still cells, not inputs.
     for i in range(3):
         d.rectangle((40 + 150 * i, 220, 190 + 150 * i, 258), outline=(120, 120, 140))
+    # Nor are a schedule's empty cells, drawn 8 px apart along rows and down columns.
+    for row in range(3):
+        for col in range(4):
+            left, top = 520 + 100 * col, 180 + 40 * row
+            d.rectangle((left, top, left + 91, top + 31), outline=(120, 120, 140))
     elements = analyse(img, lines)
     fields = {e.label: e.region for e in elements if e.role == "field"}
     assert set(fields) == {"Company", "Username", "Email address"}, elements
     for rect, label in zip(inputs, ["Company", "Username", "Email address"]):
         assert _inside(fields[label], rect), (label, fields[label], rect)
-    assert not [e for e in elements if e.region[1] >= 215], elements
+    assert not [e for e in elements if e.region[1] >= 175], elements
 
 
 def _line(text: str, left: float, top: float, right: float, h: float = 20.0) -> Element:

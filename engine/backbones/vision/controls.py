@@ -232,13 +232,15 @@ def _mark_grid(controls: list[Control], array: np.ndarray) -> list[Control]:
     whose only such neighbour is a square cell at its side is an input with its icon (an
     input group), not a cell; the icon cell is still flagged. Neighbours drawn apart, each
     with its own border and the page between them (inputs side by side in a form row), are
-    not cells either."""
+    not cells either, unless they are both along the row and down the column (a table
+    with spaced cells)."""
     out = []
     near = 6
     for c in controls:
         l1, t1, r1, b1 = c.box
         grid = False
         inside = 0
+        apart_row = apart_col = False
         for o in controls:
             if o is c:
                 continue
@@ -253,12 +255,17 @@ def _mark_grid(controls: list[Control], array: np.ndarray) -> list[Control]:
             if same_row and touch_h and _addon_of(o, c):
                 continue  # an input group's icon: the input is still an input
             if same_row and touch_h and _apart(array, c.box, o.box, horizontal=True):
+                apart_row = True
                 continue
             if same_col and touch_v and _apart(array, c.box, o.box, horizontal=False):
+                apart_col = True
                 continue
             if (same_row and touch_h) or (same_col and touch_v) or inside >= 2:
                 grid = True
                 break
+        # Drawn apart along its row and down its column too: a table with spaced cells (a
+        # form's inputs have their labels between rows).
+        grid = grid or (apart_row and apart_col)
         out.append(c if not grid else replace(c, grid=True))
     return out
 

@@ -10,7 +10,7 @@ Nucleo), so they are found by shape, not by a model:
   leaves a gap of a pixel or two, bridged here);
 - **menu**: three bars of the same length, stacked at an even spacing.
 
-Ink is what differs from the local background (a median over 21 pixels), so light icons
+Ink is what differs from the local background (a median over 33 pixels), so light icons
 on a dark navbar and dark ones on a white page are found alike; inside a small button
 found from its edges, ink is what differs from the button's own fill (a white magnifier
 on a blue button). An icon inside a line of text (a "Q" in "Quick search", a "≡" in a
@@ -52,14 +52,14 @@ _SIDE = (10, 40)
 
 def _ink(array: np.ndarray) -> np.ndarray:
     """Pixels more than :data:`_INK` grey levels from the local background: the median of
-    a 7x7 window of a third-size copy (21 pixels across at full size; a thin icon is a
-    minority of that), scaled back. 3 ms a 1280x800 page, where the median at full size
-    takes 17."""
+    an 11x11 window of a third-size copy (33 pixels across at full size, so a bold 24 px
+    icon is still a minority of it), scaled back. 6 ms a 1280x800 page, where a median
+    over 21 pixels at full size takes 17."""
     cv2 = controls._cv2()
     gray = cv2.cvtColor(array, cv2.COLOR_RGB2GRAY)
     h, w = gray.shape
     small = cv2.resize(gray, (max(1, w // 3), max(1, h // 3)), interpolation=cv2.INTER_NEAREST)
-    background = cv2.resize(cv2.medianBlur(small, 7), (w, h), interpolation=cv2.INTER_NEAREST)
+    background = cv2.resize(cv2.medianBlur(small, 11), (w, h), interpolation=cv2.INTER_NEAREST)
     return (cv2.absdiff(gray, background) > _INK).astype(np.uint8)
 
 
@@ -90,9 +90,9 @@ def _magnifier(mask: np.ndarray) -> bool:
     hole = holes[0]
     hx, hy, hw, hh = cv2.boundingRect(hole)
     area = cv2.contourArea(hole)
-    # Round: a contour through the boundary pixels' centres gives a circle 0.55-0.65 of its
-    # box; a speech bubble's or a document's rounded rectangle is fuller.
-    if not 0.7 <= hw / hh <= 1.4 or not 0.45 * hw * hh <= area <= 0.72 * hw * hh:
+    # Round: a contour through the boundary pixels' centres gives a circle 0.55-0.75 of its
+    # box; a document's rectangle is fuller.
+    if not 0.7 <= hw / hh <= 1.4 or not 0.45 * hw * hh <= area <= 0.8 * hw * hh:
         return False
     # And convex and smooth (4πA/P² is 1 for a circle; the tune pages' magnifiers have
     # 0.71-0.94, a thumbs-up's outline 0.56).
@@ -117,14 +117,16 @@ def _magnifier(mask: np.ndarray) -> bool:
         return False
     hx_, hy_ = xs[handle] + 0.5 - cx, ys[handle] + 0.5 - cy
     # One handle: most ink outside the ring lies in one lower quarter (a square badge
-    # behind a ring has ink in all four corners).
+    # behind a ring has ink in all four corners; a ring drawn a little out of round lends
+    # a stray pixel or two elsewhere).
     below = hy_ > 0
     quarter = max((below & (hx_ > 0)).mean(), (below & (hx_ < 0)).mean())
-    if quarter < 0.75:
+    if quarter < 0.8:
         return False
     dx, dy = float(hx_[below].mean()), float(hy_[below].mean())
-    # Down and to one side, at 25-65 degrees: not a "9"'s tail (straight down) nor a "6"'s.
-    return 0.45 <= abs(dx) / dy <= 2.2
+    # Down and to one side, at 35-55 degrees: a stem beside a bowl ("P", "p", "q", "4":
+    # 0.46-0.68) or a "9"'s tail (straight down) is steeper; magnifiers measure 0.96-1.08.
+    return 0.7 <= abs(dx) / dy <= 1.45
 
 
 def _menu(
@@ -145,7 +147,7 @@ def _menu(
         if not (1 <= g1 <= 10 and abs(g1 - g2) <= 2):
             continue
         box = (min(a[0], b[0], c[0]), a[1], max(a[2], b[2], c[2]), c[3])
-        m = 5
+        m = max(5, g1 + 2)  # past the spacing: a fourth bar below is not "nothing"
         around = ink[max(0, box[1] - m) : box[3] + m, max(0, box[0] - m) : box[2] + m]
         bars_area = sum(int(ink[o[1] : o[3], o[0] : o[2]].sum()) for o in (a, b, c))
         # Nothing else around them, nor between them (an align-centre icon's short lines).

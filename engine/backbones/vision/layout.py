@@ -558,7 +558,8 @@ def _icon_buttons(
     with a few pixels of margin. What OCR read from the icon itself (a "Q", an "α") and an
     empty control that is the icon's own outline give way to it. A magnifier in front of
     a field (inside its left half, or just before it on its row) is the field's
-    decoration, not a button: the field is what is clicked."""
+    decoration, not a button: the field is what is clicked; so is one right before plain
+    text on its row (a borderless search box's "Search..." placeholder)."""
     texts = [e.box for e in elements if len(e.text.strip()) >= 2]
     # A button stuck to its input is flagged a cell (one border between them): still a button.
     icons = find_icons(array, texts, [c for c in controls if c.box not in used])
@@ -567,9 +568,12 @@ def _icon_buttons(
     height, width = array.shape[:2]
     out = list(elements)
     fields = [e.region for e in elements if e.role == "field"]
+    plain = [e.box for e in elements if e.role == "text" and len(e.text.strip()) >= 2]
     for name, (left, top, right, bottom) in icons:
         cy = (top + bottom) / 2.0
         if any(f[1] <= cy <= f[3] and f[0] - 16 <= right <= (f[0] + f[2]) / 2.0 for f in fields):
+            continue
+        if name == "search" and any(t[1] <= cy <= t[3] and 0 <= t[0] - right <= 16 for t in plain):
             continue
         near = (left - 3, top - 3, right + 3, bottom + 3)
 
