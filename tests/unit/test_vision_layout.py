@@ -149,6 +149,23 @@ def test_inputs_side_by_side_in_a_form_row_are_fields_not_table_cells() -> None:
     assert not [e for e in elements if e.region[1] >= 175], elements
 
 
+def test_a_gradient_button_centres_its_text_and_is_a_button() -> None:
+    # Soft UI's "SIGN UP": a pill whose fill runs from one colour to another, so no one
+    # colour fills it and its far end is not ink around the text.
+    img = Image.new("RGB", (800, 200), "white")
+    left, top, right, bottom = 250, 80, 552, 123
+    ramp = np.linspace(0.0, 1.0, right - left)[:, None]
+    row = (np.array([58, 65, 111]) * (1 - ramp) + np.array([20, 23, 39]) * ramp).astype(np.uint8)
+    pixels = np.asarray(img).copy()
+    pixels[top:bottom, left:right] = row[None]
+    img = Image.fromarray(pixels)
+    d = ImageDraw.Draw(img)
+    lines = [_text(d, (372, 92), "SIGN UP", 16, fill="white")]
+    elements = analyse(img, lines)
+    assert [e.role for e in elements] == ["button"], elements
+    assert _inside(elements[0].region, (left, top, right, bottom), tol=4.0), elements[0].region
+
+
 def _line(text: str, left: float, top: float, right: float, h: float = 20.0) -> Element:
     box = (left, top, right, top + h)
     return Element(text, box, box)
