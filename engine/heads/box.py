@@ -404,7 +404,7 @@ def clickable_region(evidence: ImageEvidence, index: int) -> Sequence[float]:
 
 
 CALIBRATION: dict[str, tuple[float, float]] = {
-    "pixels": (0.5246, 1.1969),
+    "pixels": (0.5227, 1.2407),
     "dom": (0.6462, 3.0023),
 }
 """Per evidence source, ``(a, c)`` of ``P(hit) = sigmoid(a·logit(p) + c)`` (Platt scaling),
