@@ -76,8 +76,8 @@ as that side's description. 3: screenshots are read with cut lines grown whole, 
 Material inputs and short navbar links found, and box questions ranked by the element their
 context names (all 2026-12-07). 4: inputs side by side in a form row are fields, and box
 confidences are refit on the larger tune set of template pages. 5: search magnifiers and
-menu icons are buttons named "search" and "menu", and box confidences refit again
-(2026-12-07)."""
+menu icons are buttons named "search" and "menu", a gradient button's text is centred in
+it, and box confidences are refit again (2026-12-07)."""
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]
