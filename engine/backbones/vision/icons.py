@@ -109,7 +109,7 @@ def _magnifier(mask: np.ndarray) -> bool:
     mid = float(np.median(dist))
     ring = dist <= 2 * mid - radius + 1.5
     handle = ~ring
-    if handle.sum() < max(4, 0.06 * len(xs)):
+    if handle.sum() < max(4, 0.06 * len(xs)) or ring.sum() < 4:
         return False
     # The hole is the ring's centre (a photo's light patch is not).
     off = np.hypot(xs[ring].mean() + 0.5 - cx, ys[ring].mean() + 0.5 - cy)
