@@ -284,11 +284,11 @@ def _ink_span(array: np.ndarray, rect: tuple[int, int, int, int], box: Box4) -> 
     band = array[y0:y1, x0:x1]
     fill = _fill_colour(array, (x0, y0, x1, y1))
     ink = ~_close(band, fill)
-    if ink.mean() > 0.5:
+    inside = array[r_top + 2 : max(r_top + 3, r_bottom - 2), x0:x1]
+    if ink.mean() > 0.5 and inside.shape[0]:
         # No flat fill (a gradient button): what differs from its own column's median
         # down the control's inside is drawn, so the gradient's far end is not ink.
-        inside = array[r_top + 2 : max(r_top + 3, r_bottom - 2), x0:x1].astype(np.int16)
-        median = np.median(inside, axis=0)
+        median = np.median(inside.astype(np.int16), axis=0)
         ink = np.abs(band.astype(np.int16) - median[None]).sum(axis=-1) > _TOLERANCE
     cols = np.nonzero(ink.any(0))[0]
     gap = max(12.0, 1.5 * (box[3] - box[1]))
