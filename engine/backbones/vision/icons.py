@@ -129,6 +129,27 @@ def _magnifier(mask: np.ndarray) -> bool:
     return 0.7 <= abs(dx) / dy <= 1.45
 
 
+def _magnifier_in(
+    ink: np.ndarray, labels: np.ndarray, stats: np.ndarray, i: int
+) -> tuple[int, int, int, int] | None:
+    """The box of component ``i`` (of the dilated ``ink``, with its ``labels`` and
+    ``stats``) when its undilated ink is a magnifier, in ``ink``'s coordinates."""
+    x, y, w, h, _ = (int(v) for v in stats[i])
+    mask = ink[y : y + h, x : x + w] * (labels[y : y + h, x : x + w] == i)
+    if not _magnifier(mask.astype(np.uint8)):
+        return None
+    return (x + 1, y + 1, x + w - 1, y + h - 1)  # the dilation added a pixel
+
+
+def _components(ink: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """Connected components of ``ink`` dilated by a pixel, so a split handle (a pixel or
+    two from its ring) joins it: ``(count, labels, stats)``."""
+    cv2 = controls._cv2()
+    joined = cv2.dilate(ink, np.ones((3, 3), np.uint8))
+    n, labels, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
+    return n, labels, stats
+
+
 def _menu(
     bars: list[tuple[int, int, int, int]], ink: np.ndarray
 ) -> list[tuple[int, int, int, int]]:
@@ -173,18 +194,17 @@ def _in_buttons(
         fill = cv2.cvtColor(np.array([[c.fill]], np.uint8), cv2.COLOR_RGB2GRAY)[0, 0]
         gray = cv2.cvtColor(inner, cv2.COLOR_RGB2GRAY)
         ink = (cv2.absdiff(gray, np.full_like(gray, fill)) > _INK).astype(np.uint8)
-        joined = cv2.dilate(ink, np.ones((3, 3), np.uint8))
-        n, labels, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
+        n, labels, stats = _components(ink)
         if n < 2:
             continue
-        i = 1 + int(np.argmax(stats[1:, 4]))
-        x, y, w, h, _ = (int(v) for v in stats[i])
+        i = 1 + int(np.argmax(stats[1:, 4]))  # the icon: the most ink in the button
+        w, h = int(stats[i, 2]), int(stats[i, 3])
         if not (_SIDE[0] <= w <= _SIDE[1] and _SIDE[0] <= h <= _SIDE[1]):
             continue
-        mask = ink[y : y + h, x : x + w] * (labels[y : y + h, x : x + w] == i)
-        if _magnifier(mask.astype(np.uint8)):
-            x0, y0 = left + 2 + x, top + 2 + y
-            found.append(("search", (x0 + 1, y0 + 1, x0 + w - 1, y0 + h - 1)))
+        box = _magnifier_in(ink, labels, stats, i)
+        if box is not None:
+            x0, y0, x1, y1 = box
+            found.append(("search", (x0 + left + 2, y0 + top + 2, x1 + left + 2, y1 + top + 2)))
     return found
 
 
@@ -209,9 +229,7 @@ def find_icons(
             for _, f in found
         )
 
-    # A split handle (a pixel or two from its ring) joins it once the ink is dilated.
-    joined = cv2.dilate(ink, np.ones((3, 3), np.uint8))
-    _, labels, stats, _ = cv2.connectedComponentsWithStats(joined, connectivity=8)
+    _, labels, stats = _components(ink)
     lo, hi = _SIDE
     ws, hs = stats[:, 2], stats[:, 3]
     sized = (ws >= lo) & (ws <= hi) & (hs >= lo) & (hs <= hi) & (ws >= 0.6 * hs) & (ws <= 1.7 * hs)
@@ -219,12 +237,12 @@ def find_icons(
         if i == 0:
             continue
         x, y, w, h, _ = (int(v) for v in stats[i])
-        box = (x, y, x + w, y + h)
-        if _in_text(box, texts):
+        outline = (x, y, x + w, y + h)
+        if _in_text(outline, texts) or seen(outline):
             continue
-        mask = ink[y : y + h, x : x + w] * (labels[y : y + h, x : x + w] == i)
-        if _magnifier(mask.astype(np.uint8)) and not seen(box):
-            found.append(("search", (x + 1, y + 1, x + w - 1, y + h - 1)))
+        box = _magnifier_in(ink, labels, stats, int(i))
+        if box is not None:
+            found.append(("search", box))
     # Bars: thin and long, from the undilated ink (dilation would merge the three).
     _, _, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
     ws, hs = stats[:, 2], stats[:, 3]

@@ -583,13 +583,17 @@ def _icon_buttons(
         if name == "search" and any(t[1] <= cy <= t[3] and 0 <= t[0] - right <= 16 for t in plain):
             continue
         near = (left - 3, top - 3, right + 3, bottom + 3)
-
-        def within(box: Box4, near: Box4 = near) -> bool:
-            return (
-                box[0] >= near[0] and box[1] >= near[1] and box[2] <= near[2] and box[3] <= near[3]
+        out = [
+            e
+            for e in out
+            if not (
+                len(e.text.strip()) < 2
+                and near[0] <= e.region[0]
+                and near[1] <= e.region[1]
+                and e.region[2] <= near[2]
+                and e.region[3] <= near[3]
             )
-
-        out = [e for e in out if not (len(e.text.strip()) < 2 and within(e.region))]
+        ]
         holders = [
             c
             for c in controls
