@@ -67,7 +67,7 @@ from clef_engine.schema.questions import Noul, _Question
 from clef_engine.schema.render import question_cache_key
 from clef_engine.schema.request import DEFAULT_MODEL, DecisionRequest, build_request
 
-ANSWER_RULES = 5
+ANSWER_RULES = 6
 """Revision of how answers are computed from given weights and calibration, part of
 :attr:`DecisionEngine.model_version`: a cache, decision log or saved threshold keyed by the
 version sees that answers changed even where no weight did. 2: a yes/no question taught by

@@ -129,6 +129,7 @@ def score_with_images(
     texts = [r.text for r in rendered]
     scored_batch = score([texts[i] for i, _ in batch], [r for _, r in batch]) if batch else []
     by_index = {i: s for (i, _), s in zip(batch, scored_batch, strict=True)}
+    _fuse_headlines(score, rendered, batch, by_index)
     reader = pipeline() if any(r.visual is not None for r in rendered) else None
     out = []
     for i, text in enumerate(texts):
@@ -147,6 +148,45 @@ def score_with_images(
             scored.answers = {**flat, **{q: content.flag(a) for q, a in scored.answers.items()}}
         out.append(scored)
     return out
+
+
+HEADLINE_WEIGHT = 0.5
+"""Weight of a screenshot's headline view in its choice answers (log-linear pooling with
+the whole page's, :func:`fuse`). Measured with ``HEADLINE_LINES`` = 3 on the 145 tune
+template pages and the 44 fixture pages: page types 129 -> 136 and 39 -> 41 right at 0.5
+(0.4 and 0.6 within one page of it), and a zero-shot choice over the type descriptions
+96 -> 111 and 29 -> 27."""
+
+
+def _fuse_headlines(
+    score: ScoreFn,
+    rendered: Sequence[RenderedState],
+    batch: list[tuple[int, DecisionRequest]],
+    by_index: dict[int, Scored],
+) -> None:
+    """Choice questions about images also read each image's headline view
+    (:func:`~clef_engine.backbones.vision.requests.headline_text`), in one more batch, and
+    take the log-linear pool of both answers. A page's name sits in its first lines
+    ("Profile", "503 Be right back."); over the whole page a table's rows or a sidebar's
+    menu outweigh it, so dashboards with a table read as data tables and settings pages as
+    whatever their menu lists."""
+    second: list[tuple[int, str, DecisionRequest]] = []
+    for i, request in batch:
+        vis = rendered[i].visual
+        choices = {q: v for q, v in request.questions.items() if v.type == "choice"}
+        if vis is None or not choices:
+            continue
+        text = vision.headline_text(request, vis)
+        if text is not None:
+            second.append((i, text, request.model_copy(update={"questions": choices})))
+    if not second:
+        return
+    for (i, _, _), head in zip(
+        second, score([t for _, t, _ in second], [r for _, _, r in second]), strict=True
+    ):
+        whole = by_index[i].probabilities
+        for qid, probs in head.probabilities.items():
+            whole[qid] = vision.fuse(whole[qid], probs.to(whole[qid].device), HEADLINE_WEIGHT)
 
 
 def _no_content(pipeline: VisionPipeline, vis: VisualRequest) -> bool:

@@ -11,9 +11,11 @@ import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-from clef_engine import Box, BoxAnswer, Choice, DecisionEngine, DecisionRequest
+from clef_engine import Box, BoxAnswer, Choice, DecisionEngine, DecisionRequest, Noul
 from clef_engine.backbones.vision import VisionBackbone
+from clef_engine.backbones.vision.images import open_image
 from clef_engine.backbones.vision.requests import fuse
+from clef_engine.runtime.stages import HEADLINE_WEIGHT
 
 pytest.importorskip("rapidocr_onnxruntime")
 pytestmark = pytest.mark.integration
@@ -149,6 +151,57 @@ def test_blank_image_has_no_box(engine) -> None:
     result = engine.decide(blank, {"b": Box(instructions="the sign-in button"), "page": PAGE})
     assert result.answers["b"].box is None and result.answers["b"].confidence is None
     assert abs(sum(result.answers["page"].probabilities.values()) - 1.0) < 1e-6
+
+
+def draw_settings_with_a_table() -> Image.Image:
+    """An account settings page whose billing history table fills the screen."""
+    img = Image.new("RGB", (1280, 800), "white")
+    d = ImageDraw.Draw(img)
+    small = ImageFont.load_default(size=16)
+    d.text((80, 40), "Account settings", fill="black", font=ImageFont.load_default(size=34))
+    d.text((80, 100), "Billing history", fill="#333", font=ImageFont.load_default(size=22))
+    for i, col in enumerate(("Invoice", "Date", "Amount", "Status", "Receipt")):
+        d.text((80 + 230 * i, 150), col, fill="black", font=small)
+    for r in range(20):
+        row = (f"INV-{1040 + r}", f"2026-{r % 12 + 1:02d}-14", f"${19 + 7 * r}.00")
+        row += ("Paid" if r % 3 else "Refunded", "Download")
+        for i, value in enumerate(row):
+            d.text((80 + 230 * i, 190 + 29 * r), value, fill="#222", font=small)
+    return img
+
+
+def test_a_choice_about_a_screenshot_also_reads_its_headline(engine) -> None:
+    question = Choice(
+        instructions="What kind of page is this?",
+        criteria={
+            "settings": "account settings or a user profile",
+            "data_table": "a table of records with column headers and rows",
+            "login": "a sign-in form",
+        },
+    )
+    shot = png(draw_settings_with_a_table())
+    answer = engine.decide(shot, {"q": question}).answers["q"]
+    # The page's twenty table rows outweigh its title in the whole text; the first lines
+    # ("Account settings", "Billing history", "Invoice") and the layout say settings.
+    evidence = engine.vision.read(open_image(shot, "state"))
+    headline = evidence.headline()
+    assert headline is not None and headline.splitlines()[1] == "Account settings"
+    whole = engine.decide(evidence.text(), {"q": question}).answers["q"]
+    head = engine.decide(headline, {"q": question}).answers["q"]
+    assert whole.choice == "data_table" and head.choice == "settings"
+    assert answer.choice == "settings"
+    labels = list(question.criteria)
+    pooled = fuse(
+        torch.tensor([whole.probabilities[k] for k in labels], dtype=torch.float64),
+        torch.tensor([head.probabilities[k] for k in labels], dtype=torch.float64),
+        HEADLINE_WEIGHT,
+    )
+    assert [answer.probabilities[k] for k in labels] == pytest.approx(pooled.tolist(), abs=1e-4)
+    # Only choices read it: a yes/no question about the same page reads the whole text.
+    yes_no = Noul(instructions="Is this a table of records?")
+    assert engine.decide(shot, {"n": yes_no}).answers["n"].noul == pytest.approx(
+        engine.decide(evidence.text(), {"n": yes_no}).answers["n"].noul, abs=1e-6
+    )
 
 
 def test_fusion_is_log_linear() -> None:

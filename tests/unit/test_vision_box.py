@@ -131,6 +131,20 @@ def test_the_textual_state_reads_the_main_content_before_the_chrome() -> None:
     assert "fields: Lorem ipsum" in state and "fields: Search," not in state
 
 
+def test_the_headline_view_is_the_main_contents_first_lines_and_the_layout() -> None:
+    evidence = ImageEvidence("d", 1280, 800, _admin_page())
+    assert evidence.headline() == (
+        "[screenshot 1280x800]\nSearch\nLorem ipsum\nResult title\n"
+        "(layout: headings: Search, Result title; fields: Lorem ipsum)"
+    )
+    # The layout summary is the whole page's, as in the full text; no chrome line is read.
+    assert evidence.headline(lines=1).splitlines()[1:] == [
+        "Search",
+        evidence.text().splitlines()[-1],
+    ]
+    assert ImageEvidence("d", 1280, 800, []).headline() is None
+
+
 def test_a_field_question_finds_the_input_not_the_text_that_labels_it() -> None:
     # gentelella's login: "Email" above an input whose placeholder is you@company.com.
     elements = [

@@ -49,6 +49,9 @@ _TOLERANCE = 48
 _HEADING_RATIO = 1.35
 """A line this many times taller than the median line is a heading."""
 _INLINE_CHARS = 600
+HEADLINE_LINES = 3
+"""Lines of the main content in :meth:`ImageEvidence.headline` (measured: 2-4 lines gave
+the most page types right on the tune template pages and fixtures, 3 the most on both)."""
 _BOX_GLYPHS = "■□☐☑☒▢▣口回 "
 """What the recogniser reads a checkbox in front of its label as."""
 
@@ -120,6 +123,11 @@ class ImageEvidence:
         found = sidebar(self.elements, self.width, self.height)
         return None if found is None else (frozenset(found[0]), found[1], found[2])
 
+    @cached_property
+    def _inner(self) -> list[Element]:
+        """The main content's elements: every element that is not page chrome."""
+        return [e for e, c in zip(self.elements, self.chrome_flags, strict=True) if not c]
+
     def text(self, label: str = "screenshot") -> str:
         """The textual state: lines in reading order (the main content, then the page
         chrome: top bar and sidebar), then a layout summary of the main content."""
@@ -128,9 +136,27 @@ class ImageEvidence:
             return f"{head}\n(no text found in the image)"
         # The main content first: the menus every page of an app repeats come after it.
         frame = self.chrome_flags
-        inner = [e for e, c in zip(self.elements, frame, strict=True) if not c]
         menus = [e.text for e, c in zip(self.elements, frame, strict=True) if e.text and c]
-        lines = [head, *(e.text for e in inner if e.text), *menus]
+        lines = [head, *(e.text for e in self._inner if e.text), *menus]
+        summary = self._summary()
+        return "\n".join([*lines, summary] if summary else lines)
+
+    def headline(self, label: str = "screenshot", lines: int = HEADLINE_LINES) -> str | None:
+        """The page's headline view: the first ``lines`` lines of the main content and the
+        layout summary (``None``: no text). A page's first lines name what it is ("Profile",
+        "503 Be right back."); in :meth:`text` they are a few of fifty, and a table's rows
+        or a sidebar's menu outweigh them. Choice questions read both views
+        (:func:`~clef_engine.runtime.stages.score_with_images`)."""
+        first = [e.text for e in self._inner if e.text][:lines]
+        if not first:
+            return None
+        summary = self._summary()
+        head = f"[{label} {self.width}x{self.height}]"
+        return "\n".join([head, *first, summary] if summary else [head, *first])
+
+    def _summary(self) -> str:
+        """The layout summary line of the main content ("" when it has nothing to say)."""
+        inner = self._inner
         summary = []
         roles = (
             ("heading", "headings"),
@@ -149,9 +175,7 @@ class ImageEvidence:
         status = http_status(inner)
         if status is not None:
             summary.append(f"HTTP status: {status.value} {status.phrase}")
-        if summary:
-            lines.append("(layout: " + "; ".join(summary) + ")")
-        return "\n".join(lines)
+        return "(layout: " + "; ".join(summary) + ")" if summary else ""
 
     def inline(self) -> str:
         """A one-line rendering for placeholders inside instructions or criteria."""

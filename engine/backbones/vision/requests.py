@@ -184,28 +184,39 @@ def collect(request: DecisionRequest) -> VisualRequest:
     return VisualRequest(collector.refs, template, assets, n_state)
 
 
-def _placeholders(text: str, visual: VisualRequest, where: str, inline: bool) -> str:
+def _view(evidence: ImageEvidence, label: str, inline: bool, headline: bool) -> str:
+    """One image's text: inline (in a question), its headline view, or the whole page."""
+    if inline:
+        return evidence.inline()
+    if headline:
+        return evidence.headline(label) or evidence.text(label)
+    return evidence.text(label)
+
+
+def _placeholders(
+    text: str, visual: VisualRequest, where: str, inline: bool, headline: bool = False
+) -> str:
     def replace(match: re.Match[str]) -> str:
         index = visual.assets.get(match.group(0))
         if index is None:
             raise InvalidRequestError(f"{match.group(0)} has no entry in assets", field=where)
-        evidence = visual.evidence[index]
-        return evidence.inline() if inline else evidence.text("image")
+        return _view(visual.evidence[index], "image", inline, headline)
 
     return visual.keys.sub(replace, text)
 
 
-def _fill(value: Any, visual: VisualRequest, where: str, inline: bool) -> Any:
+def _fill(
+    value: Any, visual: VisualRequest, where: str, inline: bool, headline: bool = False
+) -> Any:
     if isinstance(value, _Slot):
         label = "screenshot" if visual.n_state == 1 else f"image {value.index + 1}"
-        evidence = visual.evidence[value.index]
-        return evidence.inline() if inline else evidence.text(label)
+        return _view(visual.evidence[value.index], label, inline, headline)
     if isinstance(value, str):
-        return _placeholders(value, visual, where, inline)
+        return _placeholders(value, visual, where, inline, headline)
     if isinstance(value, Mapping):
-        return {k: _fill(v, visual, f"{where}.{k}", inline) for k, v in value.items()}
+        return {k: _fill(v, visual, f"{where}.{k}", inline, headline) for k, v in value.items()}
     if isinstance(value, list):
-        return [_fill(v, visual, f"{where}[{i}]", inline) for i, v in enumerate(value)]
+        return [_fill(v, visual, f"{where}[{i}]", inline, headline) for i, v in enumerate(value)]
     return value
 
 
@@ -232,19 +243,32 @@ def render(request: DecisionRequest, pipeline: VisionPipeline) -> VisualRequest:
     that nothing references appended)."""
     result = collect(request)
     result.evidence = pipeline.evidence(result.refs)
-    filled = _fill(result.template, result, "state", inline=False)
+    result.text = _state_text(request, result, headline=False)
+    return result
+
+
+def headline_text(request: DecisionRequest, vis: VisualRequest) -> str | None:
+    """The state rendered with each image's headline view in its place
+    (:meth:`~.layout.ImageEvidence.headline`: its first lines and layout summary) instead of
+    its whole text; ``None`` when no image has text (there is no second view to read)."""
+    if not any(e.text for ev in vis.evidence for e in ev.elements):
+        return None
+    return _state_text(request, vis, headline=True)
+
+
+def _state_text(request: DecisionRequest, vis: VisualRequest, headline: bool) -> str:
+    filled = _fill(vis.template, vis, "state", inline=False, headline=headline)
     text = render_value(filled, "state")
     referenced: set[str] = set()
-    _referenced(request.state, result.keys, referenced)
+    _referenced(request.state, vis.keys, referenced)
     for question in request.questions.values():
-        _referenced(_question_text(question), result.keys, referenced)
+        _referenced(_question_text(question), vis.keys, referenced)
     extra = [
-        result.evidence[i].text("image")
-        for key, i in result.assets.items()
+        _view(vis.evidence[i], "image", False, headline)
+        for key, i in vis.assets.items()
         if key not in referenced
     ]
-    result.text = "\n\n".join([text, *extra]) if extra else text
-    return result
+    return "\n\n".join([text, *extra]) if extra else text
 
 
 def resolve_questions(request: DecisionRequest, vis: VisualRequest) -> DecisionRequest:
