@@ -176,7 +176,7 @@ def _fuse_headlines(
         choices = {q: v for q, v in request.questions.items() if v.type == "choice"}
         if vis is None or not choices:
             continue
-        text = vision.headline_text(request, vis)
+        text = vision.headline_text(vis)
         if text is not None:
             second.append((i, text, request.model_copy(update={"questions": choices})))
     if not second:

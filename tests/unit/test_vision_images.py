@@ -270,6 +270,56 @@ def test_unreferenced_asset_is_appended_to_the_state(stub_engine) -> None:
     assert text.startswith("what is on the page?\n\n[image 400x200]")
 
 
+class LongPagePipeline(VisionPipeline):
+    """Fixed evidence of six lines: a title, a subtitle and four table rows."""
+
+    def evidence(self, refs: Sequence[ImageRef]) -> list[ImageEvidence]:
+        lines = ["Account settings", "Billing", *(f"INV-{i} paid" for i in range(4))]
+        elements = [
+            Element(
+                t, (100.0, 40.0 * i, 300.0, 40.0 * i + 20), (100.0, 40.0 * i, 300.0, 40.0 * i + 20)
+            )
+            for i, t in enumerate(lines)
+        ]
+        return [ImageEvidence(r.digest, r.width, r.height, elements) for r in refs]
+
+
+def test_the_headline_view_puts_each_images_headline_where_its_text_was() -> None:
+    request = DecisionRequest.parse(
+        {
+            "state": {"task": "pay the bill", "screen": "screen"},
+            "questions": {
+                "page": {
+                    "type": "choice",
+                    "instructions": "Which icon is this page's?",
+                    "criteria": {"a": "icon", "b": "something else"},
+                },
+                "where": {"type": "box", "instructions": "the icon-x"},
+            },
+            "assets": {"screen": _asset(), "icon-x": _asset((64, 64)), "spare": _asset((80, 80))},
+        }
+    )
+    vis = vision_requests.render(request, LongPagePipeline())
+    assert vis.text is not None and "INV-3 paid" in vis.text
+    head = vision_requests.headline_text(vis)
+    # The state's own text stays; the screen keeps its first three lines; the asset named
+    # only in a question is not appended (it is not in the whole text either), the
+    # unreferenced one is, as its headline.
+    assert head == (
+        "screen: [image 400x200]\nAccount settings\nBilling\nINV-0 paid\ntask: pay the bill"
+        "\n\n[image 80x80]\nAccount settings\nBilling\nINV-0 paid"
+    )
+    assert vis.text.count("[image 64x64]") == 0 and vis.text.count("[image 80x80]") == 1
+    # A page of three lines or fewer is its own headline: there is no second view.
+    short = vision_requests.render(
+        DecisionRequest.parse(
+            {"state": "<image:a>", "questions": Q, "assets": {"<image:a>": _asset()}}
+        ),
+        StubPipeline(),
+    )
+    assert vision_requests.headline_text(short) is None
+
+
 @pytest.mark.parametrize(
     ("assets", "match"),
     [

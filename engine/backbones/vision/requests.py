@@ -66,6 +66,9 @@ class VisualRequest:
     n_state: int
     evidence: list[ImageEvidence] = field(default_factory=list)
     text: str | None = None
+    appended: list[int] = field(default_factory=list)
+    """Indices into ``refs`` of the assets that neither the state nor any question
+    references: their text is appended to the state's (set by :func:`render`)."""
 
     def __post_init__(self) -> None:
         self.keys = _KeyMatcher(self.assets)
@@ -243,31 +246,30 @@ def render(request: DecisionRequest, pipeline: VisionPipeline) -> VisualRequest:
     that nothing references appended)."""
     result = collect(request)
     result.evidence = pipeline.evidence(result.refs)
-    result.text = _state_text(request, result, headline=False)
+    referenced: set[str] = set()
+    _referenced(request.state, result.keys, referenced)
+    for question in request.questions.values():
+        _referenced(_question_text(question), result.keys, referenced)
+    result.appended = [i for key, i in result.assets.items() if key not in referenced]
+    result.text = _state_text(result, headline=False)
     return result
 
 
-def headline_text(request: DecisionRequest, vis: VisualRequest) -> str | None:
+def headline_text(vis: VisualRequest) -> str | None:
     """The state rendered with each image's headline view in its place
     (:meth:`~.layout.ImageEvidence.headline`: its first lines and layout summary) instead of
-    its whole text; ``None`` when no image has text (there is no second view to read)."""
-    if not any(e.text for ev in vis.evidence for e in ev.elements):
-        return None
-    return _state_text(request, vis, headline=True)
+    its whole text; ``None`` when that is the whole text again (no image of the state has
+    text outside its page chrome): there is no second view to read."""
+    text = _state_text(vis, headline=True)
+    return None if text == vis.text else text
 
 
-def _state_text(request: DecisionRequest, vis: VisualRequest, headline: bool) -> str:
+def _state_text(vis: VisualRequest, headline: bool) -> str:
+    """The state with each image's text (or headline view) in its place, then the images
+    of assets nothing referenced (:attr:`VisualRequest.appended`)."""
     filled = _fill(vis.template, vis, "state", inline=False, headline=headline)
     text = render_value(filled, "state")
-    referenced: set[str] = set()
-    _referenced(request.state, vis.keys, referenced)
-    for question in request.questions.values():
-        _referenced(_question_text(question), vis.keys, referenced)
-    extra = [
-        _view(vis.evidence[i], "image", False, headline)
-        for key, i in vis.assets.items()
-        if key not in referenced
-    ]
+    extra = [_view(vis.evidence[i], "image", False, headline) for i in vis.appended]
     return "\n\n".join([text, *extra]) if extra else text
 
 
