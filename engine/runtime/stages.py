@@ -127,9 +127,22 @@ def score_with_images(
         if rest:
             batch.append((i, request.model_copy(update={"questions": rest})))
     texts = [r.text for r in rendered]
-    scored_batch = score([texts[i] for i, _ in batch], [r for _, r in batch]) if batch else []
-    by_index = {i: s for (i, _), s in zip(batch, scored_batch, strict=True)}
-    _fuse_headlines(score, rendered, batch, by_index)
+    # Each request's state, then the headline views of those asking choices about images,
+    # scored as one batch (one padded forward pass instead of two).
+    heads = _headlines(rendered, batch)
+    scored_all = (
+        score(
+            [texts[i] for i, _ in batch] + [t for _, t, _ in heads],
+            [r for _, r in batch] + [r for _, _, r in heads],
+        )
+        if batch
+        else []
+    )
+    by_index = {i: s for (i, _), s in zip(batch, scored_all, strict=False)}
+    for (i, _, _), head in zip(heads, scored_all[len(batch) :], strict=True):
+        whole = by_index[i].probabilities
+        for qid, probs in head.probabilities.items():
+            whole[qid] = vision.fuse(whole[qid], probs.to(whole[qid].device), HEADLINE_WEIGHT)
     reader = pipeline() if any(r.visual is not None for r in rendered) else None
     out = []
     for i, text in enumerate(texts):
@@ -158,19 +171,18 @@ template pages and the 44 fixture pages: page types 129 -> 136 and 39 -> 41 righ
 96 -> 111 and 29 -> 27."""
 
 
-def _fuse_headlines(
-    score: ScoreFn,
-    rendered: Sequence[RenderedState],
-    batch: list[tuple[int, DecisionRequest]],
-    by_index: dict[int, Scored],
-) -> None:
-    """Choice questions about images also read each image's headline view
-    (:func:`~clef_engine.backbones.vision.requests.headline_text`), in one more batch, and
-    take the log-linear pool of both answers. A page's name sits in its first lines
-    ("Profile", "503 Be right back."); over the whole page a table's rows or a sidebar's
-    menu outweigh it, so dashboards with a table read as data tables and settings pages as
-    whatever their menu lists."""
-    second: list[tuple[int, str, DecisionRequest]] = []
+def _headlines(
+    rendered: Sequence[RenderedState], batch: list[tuple[int, DecisionRequest]]
+) -> list[tuple[int, str, DecisionRequest]]:
+    """The second view of each request in ``batch`` that asks choice questions about its
+    images: its state with each image's headline in place
+    (:func:`~clef_engine.backbones.vision.requests.headline_text`), and the request with
+    only those questions. Its answers are pooled with the whole state's (log-linear, weight
+    :data:`HEADLINE_WEIGHT`): a page's name sits in its first lines ("Profile", "503 Be
+    right back."), and over the whole page a table's rows or a sidebar's menu outweigh it,
+    so dashboards with a table read as data tables and settings pages as whatever their
+    menu listed."""
+    out: list[tuple[int, str, DecisionRequest]] = []
     for i, request in batch:
         vis = rendered[i].visual
         choices = {q: v for q, v in request.questions.items() if v.type == "choice"}
@@ -178,15 +190,8 @@ def _fuse_headlines(
             continue
         text = vision.headline_text(vis)
         if text is not None:
-            second.append((i, text, request.model_copy(update={"questions": choices})))
-    if not second:
-        return
-    for (i, _, _), head in zip(
-        second, score([t for _, t, _ in second], [r for _, _, r in second]), strict=True
-    ):
-        whole = by_index[i].probabilities
-        for qid, probs in head.probabilities.items():
-            whole[qid] = vision.fuse(whole[qid], probs.to(whole[qid].device), HEADLINE_WEIGHT)
+            out.append((i, text, request.model_copy(update={"questions": choices})))
+    return out
 
 
 def _no_content(pipeline: VisionPipeline, vis: VisualRequest) -> bool:
