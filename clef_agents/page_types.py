@@ -20,6 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
+PAGE_TYPE_TEMPERATURE: float | None = 0.4492
+"""The calibration of the choice over all of :data:`PAGE_TYPES` (its ``temperature``),
+fitted on screenshots by ``benchmarks/vision_page_type_calibration.py``."""
+
 PAGE_TYPES: dict[str, dict[str, Any]] = {
     "login": {
         "description": "a sign-in page: a form with email or username and password fields and "

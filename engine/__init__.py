@@ -37,6 +37,7 @@ from clef_engine.schema import (
 if TYPE_CHECKING:
     from clef_engine.backbones import Backbone, EncoderBackbone, load_backbone, register_backbone
     from clef_engine.calibration import Calibrator
+    from clef_engine.calibration.fit import fit_choice_temperature
     from clef_engine.runtime.engine import DecisionEngine
     from clef_engine.runtime.none_of_these import fit_none_below
     from clef_engine.runtime.thresholds import Thresholds, fit_thresholds
@@ -53,6 +54,7 @@ _LAZY = {
     "Thresholds": "clef_engine.runtime.thresholds",
     "fit_thresholds": "clef_engine.runtime.thresholds",
     "fit_none_below": "clef_engine.runtime.none_of_these",
+    "fit_choice_temperature": "clef_engine.calibration.fit",
 }
 
 
@@ -95,6 +97,7 @@ __all__ = [
     "UnsupportedQuestionError",
     "Usage",
     "__version__",
+    "fit_choice_temperature",
     "fit_none_below",
     "fit_thresholds",
     "load_backbone",

@@ -18,12 +18,15 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from clef_engine.calibration.histogram import DEFAULT_BINS, HistogramBinning
 from clef_engine.calibration.metrics import top_label_ece
 from clef_engine.calibration.temperature import Calibrator, fit_temperature, key
+from clef_engine.errors import InvalidRequestError
+from clef_engine.schema.questions import Choice
 
 MIN_HISTOGRAM_ITEMS = 50
 """Fewer held-out items than this in a group: temperature only (bins would be noise)."""
@@ -129,3 +132,48 @@ def histogram_helps(
         conf_h.extend(bins.top_value(torch.tensor(conf, dtype=torch.float64)).tolist())
         hits.extend(hit)
     return top_label_ece(conf_h, hits) < top_label_ece(conf_t, hits)
+
+
+def fit_choice_temperature(
+    engine: Any,
+    states: Sequence[Any],
+    labels: Sequence[str],
+    question: Choice,
+    *,
+    batch_size: int = 64,
+) -> Choice:
+    """``question`` with the ``temperature`` that minimises the NLL of its answers on
+    labelled states.
+
+    The engine answers ``question`` (its ``temperature`` unset) on every state, with all it
+    does for such states (examples, the headline view of screenshots), and one temperature
+    over the log-probabilities of those answers is fitted (:func:`fit_temperature`). Use
+    states like the ones it will answer (screenshots, if it will answer screenshots), not
+    the examples that teach its options.
+
+    Raises:
+        InvalidRequestError: The lengths differ, a label is not an option, or there are
+            fewer than :data:`MIN_TEMPERATURE_ITEMS` states.
+    """
+    if len(states) != len(labels):
+        raise InvalidRequestError(f"{len(states)} states but {len(labels)} labels", field="labels")
+    if len(states) < MIN_TEMPERATURE_ITEMS:
+        raise InvalidRequestError(
+            f"{len(states)} labelled states; a temperature needs at least {MIN_TEMPERATURE_ITEMS}",
+            field="states",
+        )
+    names = [s.name for s in question.option_specs()]
+    unknown = sorted(set(labels) - set(names))
+    if unknown:
+        raise InvalidRequestError(
+            f"labels {unknown[:3]} are not options of the question", field="labels"
+        )
+    bare = question.model_copy(update={"temperature": None})
+    rows: list[torch.Tensor] = []
+    for start in range(0, len(states), max(1, batch_size)):
+        chunk = list(states[start : start + batch_size])
+        for result in engine.decide_batch(chunk, {"q": bare}):
+            p = result.answers["q"].probabilities
+            rows.append(torch.log(torch.tensor([p[n] for n in names]).double().clamp_min(1e-12)))
+    t = fit_temperature(torch.stack(rows), [names.index(label) for label in labels])
+    return question.model_copy(update={"temperature": round(min(max(t, 0.01), 100.0), 4)})

@@ -504,7 +504,7 @@ class DecisionEngine:
         known: dict[int, str] = {}
         for request, scored in zip(requests, all_scored, strict=False):
             answers = {
-                qid: _answer(scored.prepared[qid], probs)
+                qid: _answer(scored.prepared[qid], _tempered(request.questions[qid], probs))
                 for qid, probs in scored.probabilities.items()
             }
             if scored.answers:
@@ -658,6 +658,16 @@ def _default_name(backbone: Backbone) -> str:
     if backbone.config().get("path") == PACKAGED:
         return DEFAULT_MODEL
     return f"clef-{backbone.name}"
+
+
+def _tempered(question: _Question, probs: torch.Tensor) -> torch.Tensor:
+    """``probs`` under the question's own ``temperature`` (a choice's; ``p^(1/T)``
+    renormalised), or as they are."""
+    temperature = getattr(question, "temperature", None)
+    if temperature is None or temperature == 1.0:
+        return probs
+    logp = torch.log(probs.double().clamp_min(1e-12)) / temperature
+    return torch.softmax(logp, dim=-1)
 
 
 def _answer(prep: PreparedQuestion, probs: torch.Tensor) -> Answer:

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -148,6 +149,19 @@ class Choice(_Question):
     """Margin rule of ``none_of_these``: the answer is ``none_of_these`` exactly when the
     best other option's probability is below this (fit it on labelled data with
     :func:`clef_engine.runtime.none_of_these.fit_none_below`)."""
+    temperature: float | None = None
+    """This question's own calibration, applied to the engine's answer: probabilities
+    ``∝ p^(1/temperature)`` (below 1 sharpens, above 1 flattens; ``None``: as the engine
+    answers). For a question whose states differ from what calibrated the engine (page
+    types taught by hand-written examples, asked about OCR'd screenshots); fit it on
+    labelled states with :func:`clef_engine.calibration.fit.fit_choice_temperature`."""
+
+    @field_validator("temperature")
+    @classmethod
+    def _check_temperature(cls, value: float | None) -> float | None:
+        if value is not None and not (math.isfinite(value) and 0.01 <= value <= 100.0):
+            raise ValueError(f"temperature must be between 0.01 and 100; got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _check_none_of_these(self) -> Choice:
