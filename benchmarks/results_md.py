@@ -1084,6 +1084,42 @@ def noul_examples(data: Json) -> str:
     return "\n".join(out)
 
 
+def vision_page_type_calibration(data: Json) -> str:
+    """The page-type temperature and the answers before and after it, per page set."""
+    rows = []
+    sets = (
+        ("fit_pages", "fit on", ("before", "after", "leave_one_package_out")),
+        ("heldout_pages", "held out (never fit on)", ("before", "after")),
+    )
+    for key, label, kinds in sets:
+        for kind in kinds if key in data else ():
+            r = data[key][kind]
+            rows.append(
+                [
+                    label,
+                    kind.replace("_", " "),
+                    str(r["pages"]),
+                    _frac(r["accuracy"]),
+                    _num(r["mean_confidence"], 3),
+                    _num(r["ece"], 3),
+                    _num(r["nll"], 3),
+                    _num(r["brier"], 3),
+                ]
+            )
+    header = ["pages", "answers", "n", "right", "mean top probability", "ECE", "NLL", "Brier"]
+    leaving = data.get("temperature_leaving_out", {}).values()
+    return "\n\n".join(
+        [
+            f"Temperature fitted: {data['temperature']} (shipped: {data['shipped_temperature']}),"
+            f" on {data['fit_on']}; fitted leaving one package out:"
+            f" {min(leaving, default=0):.4f}-{max(leaving, default=0):.4f}.",
+            _table(header, rows),
+            f"Command: `python benchmarks/vision_page_type_calibration.py --threads 2`."
+            f" Machine: {machine(data.get('machine'))}.",
+        ]
+    )
+
+
 RENDERERS: dict[str, tuple[str, Callable[[Json], str]]] = {
     "general_model": ("Zero-shot: the general decision model", general_model),
     "banking77_engine": ("BANKING77 through the engine (similarity scorer)", banking77_engine),
@@ -1104,6 +1140,10 @@ RENDERERS: dict[str, tuple[str, Callable[[Json], str]]] = {
     ),
     "finetune_general_base": ("Fine-tuning from the general model", finetune_general_base),
     "noul_examples": ("Yes/no questions taught by examples", noul_examples),
+    "vision_page_type_calibration": (
+        "Screenshots: page-type calibration",
+        vision_page_type_calibration,
+    ),
 }
 
 
