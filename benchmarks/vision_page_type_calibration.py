@@ -47,12 +47,12 @@ from clef_agents.vision import page_type_question  # noqa: E402
 from clef_engine import DecisionEngine  # noqa: E402
 from clef_engine.backbones.vision.ocr import RapidOcr  # noqa: E402
 from clef_engine.backbones.vision.pipeline import VisionPipeline  # noqa: E402
+from clef_engine.calibration.fit import temperature_of_answers  # noqa: E402
 from clef_engine.calibration.metrics import (  # noqa: E402
     brier_score,
     negative_log_likelihood,
     top_label_ece,
 )
-from clef_engine.calibration.temperature import fit_temperature  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "vision_page_type_calibration.json"
 PAGES = ROOT / "tests" / "fixtures" / "pages"
@@ -81,7 +81,8 @@ def report(probs: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
 
 
 def fit(logp: np.ndarray, labels: np.ndarray) -> float:
-    return fit_temperature(torch.from_numpy(logp), [int(v) for v in labels])
+    """What ``fit_choice_temperature`` fits on these answers."""
+    return temperature_of_answers(torch.from_numpy(logp), [int(v) for v in labels])
 
 
 def main() -> None:

@@ -144,7 +144,10 @@ class FakeEngine:
         if qid in self.fixed:
             probs = self._pinned(names, str(self.fixed[qid]))
         else:
-            probs = _softmax(scores)
+            # A choice's own temperature, as the engine applies it (p^(1/T) of a softmax
+            # is the softmax of the scores over T).
+            temperature = getattr(question, "temperature", None) or 1.0
+            probs = _softmax([s / temperature for s in scores])
         probabilities = dict(zip(names, probs, strict=True))
         if isinstance(question, Score):
             return ScoreAnswer(

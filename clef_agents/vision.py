@@ -112,16 +112,15 @@ def page_type_question(
 ) -> Choice:
     """The ``Choice`` over page types (all of :data:`PAGE_TYPES`, or a subset / your own).
 
-    Over all of them it carries :data:`~clef_agents.page_types.PAGE_TYPE_TEMPERATURE`, the
-    calibration fitted on screenshots of real pages; a subset or your own types answer as
-    the engine does (fit theirs with :func:`clef_engine.calibration.fit.fit_choice_temperature`).
+    Over all of them (in any order) it carries
+    :data:`~clef_agents.page_types.PAGE_TYPE_TEMPERATURE`, the calibration fitted on
+    screenshots of real pages; a subset or your own types answer as the engine does (fit
+    theirs with :func:`clef_engine.calibration.fit.fit_choice_temperature`).
     """
-    if page_types is None:
-        return Choice(
-            instructions=instructions, criteria=dict(PAGE_TYPES), temperature=PAGE_TYPE_TEMPERATURE
-        )
     criteria: dict[str, Any]
-    if isinstance(page_types, Mapping):
+    if page_types is None:
+        criteria = dict(PAGE_TYPES)
+    elif isinstance(page_types, Mapping):
         criteria = dict(page_types)
     else:
         names = list(page_types)
@@ -133,7 +132,8 @@ def page_type_question(
                 field="page_types",
             )
         criteria = {n: PAGE_TYPES[n] for n in names}
-    return Choice(instructions=instructions, criteria=criteria)
+    temperature = PAGE_TYPE_TEMPERATURE if criteria == PAGE_TYPES else None
+    return Choice(instructions=instructions, criteria=criteria, temperature=temperature)
 
 
 class ScreenshotClassifier:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -37,7 +38,7 @@ from clef_engine.backbones.vision.backbone import VisionBackbone
 from clef_engine.backbones.vision.pipeline import VisionPipeline
 from clef_engine.calibration.temperature import Calibrator
 from clef_engine.devices import select_device, select_dtype
-from clef_engine.errors import ClefError
+from clef_engine.errors import ClefError, InvalidRequestError
 from clef_engine.heads.base import Head, PreparedQuestion, Scored, Scorer, ScoringContext
 from clef_engine.heads.memory import fit_question_memory_cross
 from clef_engine.heads.prototype import PrototypeClassifier
@@ -666,6 +667,10 @@ def _tempered(question: _Question, probs: torch.Tensor) -> torch.Tensor:
     temperature = getattr(question, "temperature", None)
     if temperature is None or temperature == 1.0:
         return probs
+    if not (math.isfinite(temperature) and temperature > 0.0):  # set past validation
+        raise InvalidRequestError(
+            f"temperature must be a positive number; got {temperature!r}", field="temperature"
+        )
     logp = torch.log(probs.double().clamp_min(1e-12)) / temperature
     return torch.softmax(logp, dim=-1)
 

@@ -73,7 +73,8 @@ def bucket(n_options: int) -> int:
 
 def question_key(question: Any) -> str:
     """A stable key for ``question``: its type and option names (in any order); a yes/no
-    or score question adds its instructions, which are what tell two of them apart.
+    or score question adds its instructions, which are what tell two of them apart, and a
+    choice with its own ``temperature`` adds it.
 
     Question ids are not part of it: the same labels asked by a router or by the CLI share
     one threshold.
@@ -82,6 +83,9 @@ def question_key(question: Any) -> str:
     parts: list[Any] = [qtype, sorted(option_names(question))]
     if qtype != "choice":
         parts.append(question.instructions_text())
+    temperature = getattr(question, "temperature", None)
+    if temperature is not None:  # its answers are not those a threshold without it saw
+        parts.append({"temperature": temperature})
     digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
     return f"{qtype}:{digest}"
 

@@ -196,6 +196,12 @@ def question_cache_key(question: Any, **extra: Any) -> str:
     """Cache key of a question's prepared form: its content and its options *in the order
     asked*. Sorted JSON keys alone would give ``criteria={"a": .., "b": ..}`` and
     ``{"b": .., "a": ..}`` one key, and the second question would be scored in the first
-    one's option order (a label index read against it points at another option)."""
+    one's option order (a label index read against it points at another option). Fields
+    applied to the answer after scoring (``temperature``, ``none_below``) are left out: a
+    question fitted with them reuses the prepared form of the one it was fitted from."""
     names = [spec.name for spec in question.option_specs()]
-    return canonical_json({"q": question.model_dump(mode="json"), "order": names, **extra})
+    dumped = question.model_dump(mode="json", exclude=_AFTER_SCORING)
+    return canonical_json({"q": dumped, "order": names, **extra})
+
+
+_AFTER_SCORING = {"temperature", "none_below"}

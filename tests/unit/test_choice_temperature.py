@@ -94,7 +94,72 @@ def test_fit_choice_temperature_refuses_bad_data(
 def test_the_page_type_question_carries_its_fitted_temperature() -> None:
     assert PAGE_TYPE_TEMPERATURE is not None and 0.0 < PAGE_TYPE_TEMPERATURE < 1.0
     assert page_type_question().temperature == PAGE_TYPE_TEMPERATURE
+    # All of them, in another order or as the mapping itself, are the same question.
+    assert page_type_question(sorted(PAGE_TYPES)).temperature == PAGE_TYPE_TEMPERATURE
+    assert page_type_question(PAGE_TYPES).temperature == PAGE_TYPE_TEMPERATURE
     # A subset or types of one's own were not fitted: they answer as the engine does.
     assert page_type_question(["login", "registration"]).temperature is None
     assert page_type_question({"a": "x", "b": "y"}).temperature is None
     assert list(page_type_question().criteria) == list(PAGE_TYPES)
+
+
+def test_a_temperature_set_past_validation_is_refused_by_name(tiny_engine: Any) -> None:
+    broken = ROUTE.model_copy(update={"temperature": 0.0})  # model_copy does not validate
+    with pytest.raises(InvalidRequestError, match="temperature must be a positive") as err:
+        tiny_engine.decide(TICKETS[0], {"q": broken})
+    assert err.value.field == "temperature"
+
+
+def test_fitting_leaves_out_a_margin_and_reuses_the_prepared_question() -> None:
+    from clef_agents.fake import FakeEngine
+    from clef_engine.runtime.thresholds import question_key
+    from clef_engine.schema.render import question_cache_key
+
+    fake = FakeEngine()  # word-overlap scores: "discount for 50 seats" is a near tie
+    criteria = {"billing": "billing invoice payment", "tech": "app crash error"}
+    question = Choice(criteria=criteria, none_of_these=True, none_below=0.6)
+    bare = question.model_copy(update={"none_below": None})
+    states = TICKETS * 2
+    labels = [r.answers["q"].choice for r in fake.decide_batch(states, {"q": bare})]
+    margined = [r.answers["q"].choice for r in fake.decide_batch(states, {"q": question})]
+    assert margined != labels  # the margin moves some answers to none_of_these...
+    fitted = fit_choice_temperature(fake, states, labels, question)
+    # ...but the engine tempers before it applies the margin, so the fit leaves it out.
+    assert fitted.temperature == fit_choice_temperature(fake, states, labels, bare).temperature
+    assert fitted.none_below == 0.6
+    # The prepared form (option vectors, prototypes) is the same question's...
+    assert question_cache_key(fitted) == question_cache_key(question)
+    # ...but a saved threshold fitted on its untempered answers is not applied to it.
+    assert question_key(fitted) != question_key(question)
+    assert question_key(question.model_copy(update={"temperature": None})) == question_key(question)
+
+
+def test_the_fake_engine_applies_the_temperature_too() -> None:
+    from clef_agents.fake import FakeEngine
+
+    fake = FakeEngine()
+    plain = fake.decide(TICKETS[1], {"q": ROUTE}).answers["q"].probabilities
+    sharp = (
+        fake.decide(TICKETS[1], {"q": ROUTE.model_copy(update={"temperature": 0.5})})
+        .answers["q"]
+        .probabilities
+    )
+    weights = {k: v**2 for k, v in plain.items()}
+    assert sharp == pytest.approx({k: w / sum(weights.values()) for k, w in weights.items()})
+
+
+def test_answers_all_right_give_a_sharp_but_finite_temperature() -> None:
+    import torch
+
+    from clef_engine.calibration.fit import temperature_of_answers
+
+    log_probs = torch.log(torch.tensor([[0.6, 0.3, 0.1]] * 10, dtype=torch.float64))
+    all_right = temperature_of_answers(log_probs, [0] * 10)
+    # Ten right answers are evidence for about 11/12, not for certainty: no 0.01 floor.
+    assert 0.1 < all_right < 1.0
+    top = torch.softmax(log_probs[0] / all_right, dim=0)[0]
+    assert 0.8 < float(top) < 0.95
+    # One wrong answer in ten: the NLL minimum itself, unsmoothed, puts the top at 0.9.
+    one_wrong = temperature_of_answers(log_probs, [0] * 9 + [1])
+    top = torch.softmax(log_probs[0] / one_wrong, dim=0)[0]
+    assert float(top) == pytest.approx(0.9, abs=0.01)

@@ -142,6 +142,25 @@ async def test_box_without_an_image_is_4xx(make_app: Any, h: Any) -> None:
     assert "no image" in r.json()["detail"]["message"]
 
 
+async def test_a_choice_temperature_is_applied_and_a_bad_one_is_a_422(
+    make_app: Any, h: Any
+) -> None:
+    sharp = {**h.CHOICE, "temperature": 0.5}
+    async with h.client(make_app()) as c:
+        plain = await c.post("/v1/systemone", json={"state": "x", "questions": {"t": h.CHOICE}})
+        tempered = await c.post("/v1/systemone", json={"state": "x", "questions": {"t": sharp}})
+        bad = await c.post(
+            "/v1/systemone",
+            json={"state": "x", "questions": {"t": {**h.CHOICE, "temperature": 0}}},
+        )
+    p = plain.json()["answers"]["t"]["probabilities"]
+    squared = {k: v * v / sum(u * u for u in p.values()) for k, v in p.items()}
+    assert tempered.json()["answers"]["t"]["probabilities"] == pytest.approx(squared, abs=1e-6)
+    assert bad.status_code == 422  # validation, as for any other field
+    (error,) = bad.json()["detail"]
+    assert "temperature" in error["loc"] and "between 0.01 and 100" in error["msg"]
+
+
 async def test_auth_bearer_constant_time(make_app: Any, h: Any) -> None:
     app = make_app(api_key="s3cret")
     async with h.client(app) as c:
