@@ -193,8 +193,9 @@ def temperature_of_answers(log_probs: torch.Tensor, labels: Sequence[int]) -> fl
     ``[N, C]`` and label indices: the NLL minimum, within what ``Choice.temperature``
     accepts. When every answer is right the NLL falls without end as ``T`` shrinks, so the
     targets are then smoothed by the rule of succession (:func:`succession_smoothing`): ten
-    answers all right are evidence for about 92 % accuracy, not 100 %. With any answer
-    wrong the minimum is finite and nothing is smoothed (smoothing 189 page-type answers,
+    right answers of 0.6 / 0.3 / 0.1 are sharpened to 0.86 for their top option, not to
+    certainty at the 0.01 floor. With any answer wrong the minimum is finite and nothing is
+    smoothed (smoothing 189 page-type answers,
     12 wrong, would have moved their temperature from 0.45 to 0.53 and their ECE from 0.043
     to 0.065)."""
     y = torch.tensor(list(labels))

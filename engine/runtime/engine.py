@@ -79,7 +79,7 @@ context names (all 2026-12-07). 4: inputs side by side in a form row are fields,
 confidences are refit on the larger tune set of template pages. 5: search magnifiers and
 menu icons are buttons named "search" and "menu", a gradient button's text is centred in
 it, and box confidences are refit again (2026-12-07). 6: a choice question about a
-screenshot also reads the image's headline view, pooled with the whole page (2026-12-08)."""
+screenshot also reads the image's headline view, pooled with the whole page (2026-12-07)."""
 
 
 class _LRU(OrderedDict):  # type: ignore[type-arg]

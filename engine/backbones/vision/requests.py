@@ -258,8 +258,9 @@ def render(request: DecisionRequest, pipeline: VisionPipeline) -> VisualRequest:
 def headline_text(vis: VisualRequest) -> str | None:
     """The state rendered with each image's headline view in its place
     (:meth:`~.layout.ImageEvidence.headline`: its first lines and layout summary) instead of
-    its whole text; ``None`` when that is the whole text again (no image of the state has
-    text outside its page chrome): there is no second view to read."""
+    its whole text; ``None`` when that comes out as the whole text again (pages of a few
+    lines without chrome, images without text outside their chrome, images named only in
+    questions): there is no second view to read."""
     text = _state_text(vis, headline=True)
     return None if text == vis.text else text
 
