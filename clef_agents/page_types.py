@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 PAGE_TYPE_TEMPERATURE: float | None = 0.4492
-"""The calibration of the choice over all of :data:`PAGE_TYPES` (its ``temperature``),
-fitted on screenshots by ``benchmarks/vision_page_type_calibration.py``."""
+"""The calibration of a choice over :data:`PAGE_TYPES` (all of them or a subset: its
+``temperature``), fitted on screenshots by ``benchmarks/vision_page_type_calibration.py``."""
 
 PAGE_TYPES: dict[str, dict[str, Any]] = {
     "login": {

@@ -112,16 +112,19 @@ def page_type_question(
 ) -> Choice:
     """The ``Choice`` over page types (all of :data:`PAGE_TYPES`, or a subset / your own).
 
-    Over all of them (in any order) it carries
+    Page types of :data:`PAGE_TYPES` (all of them or a subset, in any order) carry
     :data:`~clef_agents.page_types.PAGE_TYPE_TEMPERATURE`, the calibration fitted on
-    screenshots of real pages; a subset or your own types answer as the engine does (fit
-    theirs with :func:`clef_engine.calibration.fit.fit_choice_temperature`).
+    screenshots of real pages; a mapping of your own answers as the engine does (fit its
+    temperature with :func:`clef_engine.calibration.fit.fit_choice_temperature`).
     """
     criteria: dict[str, Any]
+    temperature = PAGE_TYPE_TEMPERATURE
     if page_types is None:
         criteria = dict(PAGE_TYPES)
     elif isinstance(page_types, Mapping):
         criteria = dict(page_types)
+        if criteria != PAGE_TYPES:
+            temperature = None  # types of your own: not what the temperature was fitted on
     else:
         names = list(page_types)
         unknown = [n for n in names if n not in PAGE_TYPES]
@@ -132,7 +135,6 @@ def page_type_question(
                 field="page_types",
             )
         criteria = {n: PAGE_TYPES[n] for n in names}
-    temperature = PAGE_TYPE_TEMPERATURE if criteria == PAGE_TYPES else None
     return Choice(instructions=instructions, criteria=criteria, temperature=temperature)
 
 
