@@ -1087,13 +1087,16 @@ def noul_examples(data: Json) -> str:
 def vision_page_type_calibration(data: Json) -> str:
     """The page-type temperature and the answers before and after it, per page set."""
     rows = []
-    sets = (
-        ("fit_pages", "fit on", ("before", "after", "leave_one_package_out")),
-        ("heldout_pages", "held out (never fit on)", ("before", "after")),
-    )
-    for key, label, kinds in sets:
-        for kind in kinds if key in data else ():
-            r = data[key][kind]
+    sets = [
+        (data.get("fit_pages"), "fit on", ("before", "after", "leave_one_package_out")),
+        (data.get("heldout_pages"), "held out (never fit on)", ("before", "after")),
+    ]
+    for size, section in data.get("subsets_of_fit_pages", {}).items():
+        label = f"fit on, subsets of {size.replace('_', ' ')} ({section['draws']} draws)"
+        sets.append((section, label, ("before", "after")))
+    for section, label, kinds in sets:
+        for kind in kinds if section else ():
+            r = section[kind]
             rows.append(
                 [
                     label,

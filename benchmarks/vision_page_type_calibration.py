@@ -13,6 +13,8 @@ mean confidence, top-label ECE (10 bins), NLL and Brier before and after:
 - on the pages it was fit on;
 - leaving one package out (each tune package, and the fixtures as one group, answered with
   the temperature fit on the rest): does it carry to pages it was not fit on?
+- on subsets of the types (3 seeded draws of 4 and of 8 types, asked of the fit pages of
+  those types with the temperature fitted on all of them);
 - on the held-out pages (tests/fixtures/pages_holdout and the ``heldout`` template
   pages), never fit on, only reported. ``--split tune`` leaves them out (then ``--out``
   is required).
@@ -58,6 +60,8 @@ OUT = ROOT / "benchmarks" / "results" / "vision_page_type_calibration.json"
 PAGES = ROOT / "tests" / "fixtures" / "pages"
 HOLDOUT = ROOT / "tests" / "fixtures" / "pages_holdout"
 BINS = 10
+SUBSET_SIZES = (4, 8)
+SUBSET_DRAWS = 3
 
 
 def tempered(logp: np.ndarray, t: float) -> np.ndarray:
@@ -158,6 +162,28 @@ def main() -> None:
         "temperature_leaving_out": {g: round(v, 4) for g, v in by_group.items()},
         "machine": machine(),
     }
+    # Subsets of the types (page_type_question(["login", ...]) carries the same
+    # temperature): seeded random subsets, asked of the fit pages of their types.
+    rng = np.random.default_rng(0)
+    subsets: dict[str, Any] = {}
+    for size in SUBSET_SIZES:
+        rows_raw: list[np.ndarray] = []
+        sub_labels: list[int] = []
+        for _ in range(SUBSET_DRAWS):
+            chosen = [str(n) for n in rng.choice(names, size=size, replace=False)]
+            sub = page_type_question(chosen).model_copy(update={"temperature": None})
+            for _, where, _, label, png in pages:
+                if where == "fit" and label in chosen:
+                    p = engine.decide(png, {"q": sub}).answers["q"].probabilities
+                    rows_raw.append(np.log(np.clip([p[n] for n in chosen], 1e-12, 1.0)))
+                    sub_labels.append(chosen.index(label))
+        logs, ys = np.array(rows_raw), np.array(sub_labels)
+        subsets[f"{size}_types"] = {
+            "draws": SUBSET_DRAWS,
+            "before": report(tempered(logs, 1.0), ys),
+            "after": report(tempered(logs, t), ys),
+        }
+    result["subsets_of_fit_pages"] = subsets
     held = ~fit_rows
     if held.any():
         result["heldout_pages"] = {
