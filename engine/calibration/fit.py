@@ -31,6 +31,7 @@ from clef_engine.calibration.temperature import (
     succession_smoothing,
 )
 from clef_engine.errors import InvalidRequestError
+from clef_engine.runtime.labelled import labelled_answers
 from clef_engine.schema.questions import Choice
 
 MIN_HISTOGRAM_ITEMS = 50
@@ -162,29 +163,18 @@ def fit_choice_temperature(
         InvalidRequestError: The lengths differ, a label is not an option, or there are
             fewer than :data:`MIN_TEMPERATURE_ITEMS` states.
     """
-    if len(states) != len(labels):
-        raise InvalidRequestError(f"{len(states)} states but {len(labels)} labels", field="labels")
     if len(states) < MIN_TEMPERATURE_ITEMS:
         raise InvalidRequestError(
             f"{len(states)} labelled states; a temperature needs at least {MIN_TEMPERATURE_ITEMS}",
             field="states",
         )
-    names = [s.name for s in question.option_specs()]
-    unknown = sorted(set(labels) - set(names))
-    if unknown:
-        raise InvalidRequestError(
-            f"labels {unknown[:3]} are not options of the question", field="labels"
-        )
     # The engine applies the temperature before a none_below margin: fit it on answers
     # without either (then fit the margin on the question this returns).
     bare = question.model_copy(update={"temperature": None, "none_below": None})
-    rows: list[torch.Tensor] = []
-    for start in range(0, len(states), max(1, batch_size)):
-        chunk = list(states[start : start + batch_size])
-        for result in engine.decide_batch(chunk, {"q": bare}):
-            p = result.answers["q"].probabilities
-            rows.append(torch.log(torch.tensor([p[n] for n in names]).double().clamp_min(1e-12)))
-    t = temperature_of_answers(torch.stack(rows), [names.index(label) for label in labels])
+    answers = labelled_answers(engine, states, labels, bare, batch_size=batch_size)
+    names = [s.name for s in question.option_specs()]
+    probs = torch.tensor([[p[n] for n in names] for p in answers], dtype=torch.float64)
+    t = temperature_of_answers(probs.clamp_min(1e-12).log(), [names.index(y) for y in labels])
     return question.model_copy(update={"temperature": t})
 
 

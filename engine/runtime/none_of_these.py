@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from clef_engine.errors import InvalidRequestError
+from clef_engine.runtime.labelled import labelled_answers
 from clef_engine.schema.answers import Answer, ChoiceAnswer, choice_confidence
 from clef_engine.schema.questions import NONE_OF_THESE, Choice
 
@@ -144,20 +145,8 @@ def fit_none_below(
         raise InvalidRequestError(
             "fit_none_below needs a question with none_of_these", field="none_of_these"
         )
-    if len(states) != len(labels):
-        raise InvalidRequestError(f"{len(states)} states but {len(labels)} labels", field="labels")
-    names = {s.name for s in question.option_specs()}
-    unknown = sorted(set(labels) - names)
-    if unknown:
-        raise InvalidRequestError(
-            f"labels {unknown[:3]} are not options of the question", field="labels"
-        )
     bare = question.model_copy(update={"none_below": None})
-    rows: list[Mapping[str, float]] = []
-    for start in range(0, len(states), max(1, batch_size)):
-        chunk = list(states[start : start + batch_size])
-        for result in engine.decide_batch(chunk, {"q": bare}):
-            rows.append(result.answers["q"].probabilities)
+    rows = labelled_answers(engine, states, labels, bare, batch_size=batch_size)
     margin = margin_for_cost(
         list(zip(rows, labels, strict=True)), max_in_scope_cost=max_in_scope_cost
     )
