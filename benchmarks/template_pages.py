@@ -13,8 +13,11 @@ served from the unpacked package under a fake host per package, so root-relative
 paths (``/assets/main.css``) resolve. A package whose pages load their libraries from
 ``node_modules/`` (as after ``npm install`` in its folder) names them, pinned and licence
 checked like the package, under ``node_modules`` in its manifest entry; each is fetched the
-same way and served at ``node_modules/<name>/``. Every other request (web
-fonts, CDNs, analytics) is aborted, as in a sandboxed browser agent. Each page gets
+same way and served at ``node_modules/<name>/``. A page that loads its stylesheet or a
+library from a CDN gets it from there only where its entry maps that exact URL to a file of
+the package or of its ``node_modules`` (``cdn``; such a package's pages lose their
+``integrity`` hashes, which name the CDN's bytes). Every other request (web fonts, CDNs,
+analytics) is aborted, as in a sandboxed browser agent. Each page gets
 ``<id>.png`` and the targets' boxes in ``targets.json``.
 
 Run:  python benchmarks/template_pages.py [--cache /tmp/clef-templates]
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import mimetypes
+import re
 import subprocess
 import sys
 import tarfile
@@ -161,10 +165,24 @@ def render(
         if name in wanted
     }
 
+    # A CDN URL a package maps to one of its own files: served as if asked for that file.
+    cdn = {
+        url: (f"{_slug(name)}.{HOST}", path)
+        for name, spec in manifest["packages"].items()
+        if name in wanted
+        for url, path in spec.get("cdn", {}).items()
+    }
+    for url, (host, path) in cdn.items():
+        prefix = max((p for p in hosts[host] if path.startswith(p)), key=len, default="")
+        if not (hosts[host][prefix] / path[len(prefix) :]).is_file():
+            raise SystemExit(f"cdn {url}: {path} is not a file of its package")
+    mapped = {host for host, _ in cdn.values()}
+
     def serve(route: Any) -> None:
         url = urlsplit(route.request.url)
-        sources = hosts.get(url.hostname or "", {})
-        want = unquote(url.path).lstrip("/")
+        host, want = cdn.get(route.request.url, (url.hostname or "", unquote(url.path)))
+        sources = hosts.get(host, {})
+        want = want.lstrip("/")
         prefix = max((p for p in sources if want.startswith(p)), key=len, default=None)
         root = sources[prefix].resolve() if prefix is not None else None
         path = (root / want[len(prefix or "") :]).resolve() if root else None
@@ -172,7 +190,12 @@ def render(
             route.abort()
             return
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        route.fulfill(status=200, body=path.read_bytes(), content_type=mime)
+        body, headers = path.read_bytes(), {"Access-Control-Allow-Origin": "*"}
+        if mime == "text/html" and host in mapped:
+            # The mapped file is the package's build of the CDN's file, not the same bytes:
+            # drop the page's subresource-integrity hashes, or Chromium refuses it.
+            body = re.sub(rb'\sintegrity="[^"]*"', b"", body)
+        route.fulfill(status=200, body=body, content_type=mime, headers=headers)
 
     out.mkdir(parents=True, exist_ok=True)
     boxes: dict[str, Any] = {}
