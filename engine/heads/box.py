@@ -44,6 +44,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import torch
@@ -105,36 +106,59 @@ def wanted_roles(instructions: str) -> set[str]:
 
 
 _DOUBLE = re.compile(r"(.)\1")
+_LETTERS = re.compile(r"[^\W\d_]+", re.UNICODE)
+_PHRASAL = {"sign", "log"}
+"""Words after which "in" and "on" are content words: "the sign in link" is not the "Sign
+up" one."""
+PART = 0.85
+"""Credit for a word found only inside a longer word ("name" in "Username"; OCR's run-
+together "sendresetlink"), against 1 for a word of the text's own: "the name field" is
+the "Name" field, not the "Username" one."""
 
 
-def _matches(word: str, have: list[str], joined: str) -> bool:
-    if word in joined:  # also inside words OCR ran together ("sendresetlink")
-        return True
+def _match(word: str, have: list[str], joined: str) -> float:
+    """How well ``have`` (a text's words, ``joined`` run together) contains ``word``."""
+    if word in have or any(a + b == word for a, b in pairwise(have)):
+        return 1.0
+    if any(word in _LETTERS.findall(h) for h in have if not h.isalpha()):
+        return 1.0  # OCR ran a number into its words: "Show10entries"
     single = _DOUBLE.sub(r"\1", word)
     for h in have:
         # OCR drops one of two equal letters ("Ad to cart") and cuts a word short at
         # the end of a box ("Back to dash", "Save chang").
         if _DOUBLE.sub(r"\1", h) == single:
-            return True
+            return 1.0
         if len(h) >= 4 and word.startswith(h) and len(h) >= 0.4 * len(word):
-            return True
+            return 1.0
         if len(h) >= 3 and SequenceMatcher(None, word, h).ratio() >= 0.8:
-            return True
-    return False
+            return 1.0
+    return PART if len(word) >= 3 and word in joined else 0.0
 
 
 def lexical_overlap(instructions: str, text: str) -> float:
     """How well ``text`` covers the instructions' content words, in [0, 1].
 
-    Recall of the content words (exact, inside run-together words, or a near miss such as
-    OCR's "Verifty"), discounted for long texts that mention a word in passing.
+    Recall of the content words (a word of the text, two of its words run together, a
+    near miss such as OCR's "Verifty", or, for :data:`PART`, inside a longer word; "in"
+    and "on" count after "sign" and "log"),
+    discounted for long texts that mention a word in passing.
     """
-    wanted = {w for w in words(instructions) if w not in _STOP and len(w) >= 2}
+    asked = words(instructions)
+    wanted = {
+        w
+        for i, w in enumerate(asked)
+        if len(w) >= 2
+        and (w not in _STOP or (w in ("in", "on") and i > 0 and asked[i - 1] in _PHRASAL))
+    }
     have = words(text)
     if not wanted or not have:
         return 0.0
     joined = "".join(have)
-    recall = sum(_matches(w, have, joined) for w in wanted) / len(wanted)
+    score = {w: _match(w, have, joined) for w in wanted}
+    for a, b in pairwise(asked):
+        if a in _PHRASAL and b in ("in", "on") and a + b in joined:
+            score[a] = score[b] = 1.0  # "the log in button" on a "Login" button
+    recall = sum(score.values()) / len(wanted)
     return recall * (0.5 + 0.5 * min(1.0, len(wanted) / len(have)))
 
 

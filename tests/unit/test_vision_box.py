@@ -169,6 +169,28 @@ def test_words_ocr_misread_still_match() -> None:
     assert box.lexical_overlap("the top menu", "to") == 0.0
 
 
+def test_a_word_of_the_text_beats_one_inside_a_longer_word() -> None:
+    # "the name field" is the Name field, not the Username one.
+    assert box.lexical_overlap("the name field", "Name") > box.lexical_overlap(
+        "the name field", "Username"
+    )
+    # A number OCR ran into the words does not make them part of a longer word.
+    assert box.lexical_overlap("the show entries select", "Show10entries") == 1.0
+    # OCR's run-together words still match, for a little less.
+    assert 0.8 < box.lexical_overlap("the send reset link button", "sendresetlink") < 1.0
+
+
+def test_sign_in_is_not_sign_up() -> None:
+    question = "the sign in link"
+    assert box.lexical_overlap(question, "Already have an account? Sign in") > (
+        box.lexical_overlap(question, "Sign Up")
+    )
+    # Written as one word or two, it is the same phrase.
+    assert box.lexical_overlap("the log in button", "Login") == 1.0
+    assert box.lexical_overlap("the login button", "Log in") > 0.5
+    assert box.lexical_overlap("the login button", "Sign in") == 0.0
+
+
 def test_where_an_element_is_does_not_name_it() -> None:
     assert box.split_context("the next page link under the first table") == (
         "the next page link",

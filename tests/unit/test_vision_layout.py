@@ -339,6 +339,22 @@ def test_a_material_input_is_its_underline_not_only_its_placeholder() -> None:
     assert roles["Recent activity"][0] != "field"  # a rule from the card's edge is no input
 
 
+def test_a_material_rule_further_below_a_tight_ocr_box_or_a_long_placeholder() -> None:
+    img = Image.new("RGB", (900, 300), "white")
+    d = ImageDraw.Draw(img)
+    # OCR's box ends at the letters; the input's rule is 7 px lower (modular-admin).
+    email = _text(d, (200, 60), "Your email address", 16, fill="#999999")
+    d.line((200, email.box[3] + 7, 560, email.box[3] + 7), fill="#dddddd")
+    # The placeholder nearly fills a half-width input: the rule ends 30 px after it.
+    retype = _text(d, (600, 160), "Re-type password", 16, fill="#999999")
+    d.line((600, retype.box[3] - 2, retype.box[2] + 30, retype.box[3] - 2), fill="#dddddd")
+    roles = {e.text: (e.role, e.region) for e in analyse(img, [email, retype])}
+    assert roles["Your email address"][0] == "field", roles
+    assert roles["Your email address"][1][3] >= email.box[3] + 7
+    assert roles["Re-type password"][0] == "field", roles
+    assert roles["Re-type password"][1][2] >= retype.box[2] + 29
+
+
 def test_an_empty_material_input_after_its_label_is_a_field() -> None:
     img = Image.new("RGB", (1000, 300), "white")
     d = ImageDraw.Draw(img)

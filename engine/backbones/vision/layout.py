@@ -808,8 +808,9 @@ def _underline(
     edge, before the text; a box's top edge under a label turns down at its ends.)"""
     left, top, right, bottom = box
     h = bottom - top
-    # The rule must pass right + 2h: only that column is scanned (cheap).
-    for x0, x1, y, _ in _rules(array, top + h // 2, bottom + h // 3, right + 2 * h):
+    # The rule must pass right + h: only that column is scanned (cheap). A placeholder
+    # can nearly fill a short input ("Re-type password" in half a form row).
+    for x0, x1, y, _ in _rules(array, top + h // 2, bottom + h // 2, right + h):
         if left - 4 <= x0 <= right - min(2 * h, 0.3 * (right - left)):
             return (x0, top, x1, y + 1)
     return None
