@@ -323,6 +323,30 @@ def test_an_input_group_icon_and_its_input_are_not_table_cells() -> None:
     assert not [e for e in elements if e.role == "checkbox"]  # the icon's square is no box
 
 
+def _stack(d: ImageDraw.ImageDraw, x: int, y: int, texts: list[str], fill: str) -> list[OcrLine]:
+    """Two or three 300x45 boxes sharing their borders, one text in each."""
+    d.rounded_rectangle((x, y, x + 300, y + 45 * len(texts)), radius=4, outline="#ced4da")
+    for k in range(1, len(texts)):
+        d.line((x, y + 45 * k, x + 300, y + 45 * k), fill="#ced4da")
+    return [_text(d, (x + 12, y + 45 * k + 12), t, 16, fill=fill) for k, t in enumerate(texts)]
+
+
+def test_inputs_stacked_in_one_box_are_fields_a_list_group_is_not() -> None:
+    # Bootstrap's sign-in: email over password, their borders shared; and a list group.
+    img = Image.new("RGB", (900, 400), "white")
+    d = ImageDraw.Draw(img)
+    inputs = _stack(d, 100, 60, ["Email address", "Password"], fill="#6c757d")
+    items = _stack(d, 500, 60, ["Dapibus ac facilisis", "Morbi leo risus"], fill="#212529")
+    elements = analyse(img, inputs + items)
+    role = {e.text: (e.role, e.region) for e in elements}
+    for text, top in (("Email address", 60), ("Password", 105)):
+        kind, (left, rtop, right, bottom) = role[text]
+        assert kind == "field", role
+        assert left <= 103 and right >= 397 and abs(rtop - top) <= 5 and bottom - rtop <= 50
+    assert role["Dapibus ac facilisis"][0] != "field", role
+    assert role["Morbi leo risus"][0] != "field", role
+
+
 def test_a_material_input_is_its_underline_not_only_its_placeholder() -> None:
     img = Image.new("RGB", (800, 300), "white")
     d = ImageDraw.Draw(img)

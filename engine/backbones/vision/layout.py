@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from http import HTTPStatus
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -512,7 +513,7 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
     array = np.asarray(image.convert("RGB"))
     height, width = array.shape[:2]
     lines = [part for line in lines for part in split_at_gaps(array, line)]
-    controls = find_controls(array)
+    controls = _stacked_inputs(find_controls(array), lines, array)
     sections = [c for c in controls if c.section and _title_band(c, lines)]
     heights = sorted(line.box[3] - line.box[1] for line in lines)
     median_h = heights[len(heights) // 2]
@@ -575,6 +576,68 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
     elements += _underlined_inputs(array, elements)
     elements = _icon_buttons(array, elements, controls, used)
     return _attach_labels(reading_order(elements))
+
+
+PLACEHOLDER_LUMA = 80
+"""Darkest luma (0-255) of a placeholder's glyphs: Bootstrap's #6c757d is 115, body text
+(#212529) 36."""
+
+
+def _faint(array: np.ndarray, box: Box4) -> bool:
+    """Whether the text in ``box`` is drawn in a placeholder's grey, not in ink."""
+    left, top, right, bottom = (int(v) for v in box)
+    crop = array[max(0, top) : max(0, bottom), max(0, left) : max(0, right)]
+    if crop.size == 0:
+        return False
+    luma = crop.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+    return bool(luma.min() >= PLACEHOLDER_LUMA)
+
+
+def _stacked_inputs(
+    controls: list[Control], lines: Sequence[OcrLine], array: np.ndarray
+) -> list[Control]:
+    """Inputs stacked in one bordered box, sharing their borders (Bootstrap's sign-in:
+    email above password, the inner corners square) are inputs, not table cells or a
+    card's header and footer bands: two or three wide, line-tall rectangles that tile the
+    box from top to bottom, each empty or holding one left-aligned line in a
+    placeholder's grey (a list group's items are in ink)."""
+    out = list(controls)
+    for outer in controls:
+        if not outer.bordered:
+            continue
+        kids = sorted(
+            (i for i, c in enumerate(controls) if c is not outer and outer.contains(c.box, 0.0)),
+            key=lambda i: controls[i].box[1],
+        )
+        stack = [controls[i] for i in kids]
+        if not 2 <= len(stack) <= 3 or any(
+            not (c.uniform and _pale(c) and 18 <= c.height <= 80 and c.width >= 4 * c.height)
+            or abs(c.box[0] - stack[0].box[0]) > 3
+            or abs(c.box[2] - stack[0].box[2]) > 3
+            for c in stack
+        ):
+            continue
+        gaps = [b.box[1] - a.box[3] for a, b in pairwise(stack)]
+        if any(not 0 <= g <= 8 for g in gaps):
+            continue
+        if stack[0].box[1] - outer.box[1] > 6 or outer.box[3] - stack[-1].box[3] > 6:
+            continue
+        inside = [line for line in lines if outer.contains(line.box)]
+        ok = True
+        for c in stack:
+            mine = [line for line in inside if c.contains(line.box)]
+            if len(mine) > 1 or (
+                mine
+                and (mine[0].box[0] - c.box[0] > 0.25 * c.width or not _faint(array, mine[0].box))
+            ):
+                ok = False
+        if not ok or sum(any(c.contains(line.box) for c in stack) for line in inside) != len(
+            inside
+        ):
+            continue
+        for i in kids:
+            out[i] = replace(controls[i], grid=False, section=None)
+    return out
 
 
 def _icon_buttons(
