@@ -143,6 +143,8 @@ def score_with_images(
         whole = by_index[i].probabilities
         for qid, probs in head.probabilities.items():
             whole[qid] = vision.fuse(whole[qid], probs.to(whole[qid].device), HEADLINE_WEIGHT)
+        # The encoder read the view's text too (its options were counted with the state's).
+        by_index[i].tokens += head.tokens - sum(p.tokens for p in head.prepared.values())
     reader = pipeline() if any(r.visual is not None for r in rendered) else None
     out = []
     for i, text in enumerate(texts):

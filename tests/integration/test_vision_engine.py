@@ -180,15 +180,20 @@ def test_a_choice_about_a_screenshot_also_reads_its_headline(engine) -> None:
         },
     )
     shot = png(draw_settings_with_a_table())
-    answer = engine.decide(shot, {"q": question}).answers["q"]
+    result = engine.decide(shot, {"q": question})
+    answer = result.answers["q"]
     # The page's twenty table rows outweigh its title in the whole text; the first lines
     # ("Account settings", "Billing history", "Invoice") and the layout say settings.
     evidence = engine.vision.read(open_image(shot, "state"))
     headline = evidence.headline()
     assert headline is not None and headline.splitlines()[1] == "Account settings"
-    whole = engine.decide(evidence.text(), {"q": question}).answers["q"]
+    as_text = engine.decide(evidence.text(), {"q": question})
+    whole = as_text.answers["q"]
     head = engine.decide(headline, {"q": question}).answers["q"]
     assert whole.choice == "data_table" and head.choice == "settings"
+    # usage counts what the encoder read: the whole text, the headline view and the options.
+    read_twice = engine.backbone.count_tokens([headline])[0]
+    assert result.usage.input_tokens == as_text.usage.input_tokens + read_twice
     assert answer.choice == "settings"
     labels = list(question.criteria)
     pooled = fuse(
