@@ -13,9 +13,9 @@ served from the unpacked package under a fake host per package, so root-relative
 paths (``/assets/main.css``) resolve. A package whose pages load their libraries from
 ``node_modules/`` (as after ``npm install`` in its folder) names them, pinned and licence
 checked like the package, under ``node_modules`` in its manifest entry; each is fetched the
-same way and served at ``node_modules/<name>/``. A page that loads its stylesheet or a
-library from a CDN gets it from there only where its entry maps that exact URL to a file of
-the package or of its ``node_modules`` (``cdn``; such a package's pages lose their
+same way and served at ``node_modules/<name>/``. A page that loads a stylesheet, a
+library or an icon font from a CDN gets it only where its entry maps that exact URL to a
+file of the package or of its ``node_modules`` (``cdn``; such a package's pages lose their
 ``integrity`` hashes, which name the CDN's bytes). Every other request (web fonts, CDNs,
 analytics) is aborted, as in a sandboxed browser agent. Each page gets
 ``<id>.png`` and the targets' boxes in ``targets.json``.
@@ -119,6 +119,18 @@ def _sources(name: str, spec: dict[str, Any], cache: Path) -> dict[str, Path]:
     return sources
 
 
+def _resolve(sources: dict[str, Path], want: str) -> Path | None:
+    """The file a URL path names under ``sources`` (URL prefix -> folder, the longest
+    prefix wins), or ``None``: no such file, or a path that leaves its folder."""
+    want = want.lstrip("/")
+    prefix = max((p for p in sources if want.startswith(p)), key=len, default=None)
+    if prefix is None:
+        return None
+    root = sources[prefix].resolve()
+    path = (root / want[len(prefix) :]).resolve()
+    return path if path.is_file() and root in path.parents else None
+
+
 def select(
     manifest: dict[str, Any],
     only: str | None = None,
@@ -173,28 +185,25 @@ def render(
         for url, path in spec.get("cdn", {}).items()
     }
     for url, (host, path) in cdn.items():
-        prefix = max((p for p in hosts[host] if path.startswith(p)), key=len, default="")
-        if not (hosts[host][prefix] / path[len(prefix) :]).is_file():
+        if _resolve(hosts[host], path) is None:
             raise SystemExit(f"cdn {url}: {path} is not a file of its package")
     mapped = {host for host, _ in cdn.values()}
 
     def serve(route: Any) -> None:
         url = urlsplit(route.request.url)
         host, want = cdn.get(route.request.url, (url.hostname or "", unquote(url.path)))
-        sources = hosts.get(host, {})
-        want = want.lstrip("/")
-        prefix = max((p for p in sources if want.startswith(p)), key=len, default=None)
-        root = sources[prefix].resolve() if prefix is not None else None
-        path = (root / want[len(prefix or "") :]).resolve() if root else None
-        if root is None or path is None or not path.is_file() or root not in path.parents:
+        path = _resolve(hosts.get(host, {}), want)
+        if path is None:
             route.abort()
             return
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        body, headers = path.read_bytes(), {"Access-Control-Allow-Origin": "*"}
+        body = path.read_bytes()
+        # A page asks a CDN for its file cross-origin; its own files are served as before.
+        headers = {"Access-Control-Allow-Origin": "*"} if route.request.url in cdn else {}
         if mime == "text/html" and host in mapped:
             # The mapped file is the package's build of the CDN's file, not the same bytes:
             # drop the page's subresource-integrity hashes, or Chromium refuses it.
-            body = re.sub(rb'\sintegrity="[^"]*"', b"", body)
+            body = re.sub(rb"""\sintegrity=(?:"[^"]*"|'[^']*')""", b"", body)
         route.fulfill(status=200, body=body, content_type=mime, headers=headers)
 
     out.mkdir(parents=True, exist_ok=True)

@@ -111,9 +111,10 @@ _PHRASAL = {"sign", "log"}
 """Words after which "in" and "on" are content words: "the sign in link" is not the "Sign
 up" one."""
 PART = 0.85
-"""Credit for a word found only inside a longer word ("name" in "Username"; OCR's run-
-together "sendresetlink"), against 1 for a word of the text's own: "the name field" is
-the "Name" field, not the "Username" one."""
+"""Credit for a word found only inside a much longer word ("name" in "Username"; OCR's
+run-together "sendresetlink"), against 1 for a word of the text's own or a near miss
+(a :class:`~difflib.SequenceMatcher` ratio of 0.8: "Names", "Verifty"): "the name field"
+is the "Name" field, not the "Username" one. Words under three letters count only whole."""
 
 
 def _match(word: str, have: list[str], joined: str) -> float:
@@ -155,8 +156,9 @@ def lexical_overlap(instructions: str, text: str) -> float:
         return 0.0
     joined = "".join(have)
     score = {w: _match(w, have, joined) for w in wanted}
+    pairs = set(pairwise(have))
     for a, b in pairwise(asked):
-        if a in _PHRASAL and b in ("in", "on") and a + b in joined:
+        if a in _PHRASAL and b in ("in", "on") and (a + b in have or (a, b) in pairs):
             score[a] = score[b] = 1.0  # "the log in button" on a "Login" button
     recall = sum(score.values()) / len(wanted)
     return recall * (0.5 + 0.5 * min(1.0, len(wanted) / len(have)))

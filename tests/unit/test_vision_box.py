@@ -188,6 +188,12 @@ def test_sign_in_is_not_sign_up() -> None:
     # Written as one word or two, it is the same phrase.
     assert box.lexical_overlap("the log in button", "Login") == 1.0
     assert box.lexical_overlap("the login button", "Log in") > 0.5
+    # Only as words: "Assigning" and "Blog index" hold the letters, not the phrase.
+    for question, text, right in (
+        ("the sign in button", "Assigning tasks", "Sign in"),
+        ("the log in button", "Blog index", "Log in"),
+    ):
+        assert box.lexical_overlap(question, text) < box.lexical_overlap(question, right)
     assert box.lexical_overlap("the login button", "Sign in") == 0.0
 
 

@@ -336,15 +336,19 @@ def test_inputs_stacked_in_one_box_are_fields_a_list_group_is_not() -> None:
     img = Image.new("RGB", (900, 400), "white")
     d = ImageDraw.Draw(img)
     inputs = _stack(d, 100, 60, ["Email address", "Password"], fill="#6c757d")
+    d.rounded_rectangle((100, 190, 400, 235), radius=4, fill="#0d6efd")  # the submit button
+    button = _text(d, (222, 202), "Sign in", 16, fill="white")
     items = _stack(d, 500, 60, ["Dapibus ac facilisis", "Morbi leo risus"], fill="#212529")
-    elements = analyse(img, inputs + items)
+    # A list group in grey (Bootstrap 5.3's clickable items) has no form going on below.
+    grey = _stack(d, 500, 250, ["Profile", "Settings"], fill="#6c757d")
+    elements = analyse(img, [*inputs, button, *items, *grey])
     role = {e.text: (e.role, e.region) for e in elements}
     for text, top in (("Email address", 60), ("Password", 105)):
         kind, (left, rtop, right, bottom) = role[text]
         assert kind == "field", role
         assert left <= 103 and right >= 397 and abs(rtop - top) <= 5 and bottom - rtop <= 50
-    assert role["Dapibus ac facilisis"][0] != "field", role
-    assert role["Morbi leo risus"][0] != "field", role
+    for item in ("Dapibus ac facilisis", "Morbi leo risus", "Profile", "Settings"):
+        assert role[item][0] != "field", role
 
 
 def test_a_material_input_is_its_underline_not_only_its_placeholder() -> None:
@@ -377,6 +381,10 @@ def test_a_material_rule_further_below_a_tight_ocr_box_or_a_long_placeholder() -
     assert roles["Your email address"][1][3] >= email.box[3] + 7
     assert roles["Re-type password"][0] == "field", roles
     assert roles["Re-type password"][1][2] >= retype.box[2] + 29
+    # Only a placeholder's rule is looked for that low: a heading in ink keeps its rule.
+    title = _text(d, (200, 230), "Categories", 18, fill="#222222")
+    d.line((200, title.box[3] + 10, 560, title.box[3] + 10), fill="#dddddd")
+    assert {e.text: e.role for e in analyse(img, [title])}["Categories"] != "field"
 
 
 def test_an_empty_material_input_after_its_label_is_a_field() -> None:

@@ -581,16 +581,25 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
 PLACEHOLDER_LUMA = 80
 """Darkest luma (0-255) of a placeholder's glyphs: Bootstrap's #6c757d is 115, body text
 (#212529) 36."""
+_GREY = 24
+"""Most a placeholder's darkest pixel's channels differ (a grey; a link's blue, #0d6efd,
+differs by 240)."""
 
 
 def _faint(array: np.ndarray, box: Box4) -> bool:
-    """Whether the text in ``box`` is drawn in a placeholder's grey, not in ink."""
+    """Whether the text in ``box`` is drawn in a placeholder's light grey, not in ink or in
+    a link's colour: its darkest pixel is light (:data:`PLACEHOLDER_LUMA`) and grey."""
     left, top, right, bottom = (int(v) for v in box)
-    crop = array[max(0, top) : max(0, bottom), max(0, left) : max(0, right)]
+    crop = array[max(0, top) : max(0, bottom), max(0, left) : max(0, right)].reshape(-1, 3)
     if crop.size == 0:
         return False
     luma = crop.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-    return bool(luma.min() >= PLACEHOLDER_LUMA)
+    darkest = crop[int(np.argmin(luma))].astype(np.int32)
+    return bool(luma.min() >= PLACEHOLDER_LUMA and darkest.max() - darkest.min() <= _GREY)
+
+
+_NEST = 6
+"""How far inside its box a stacked input's own border may be."""
 
 
 def _stacked_inputs(
@@ -599,14 +608,23 @@ def _stacked_inputs(
     """Inputs stacked in one bordered box, sharing their borders (Bootstrap's sign-in:
     email above password, the inner corners square) are inputs, not table cells or a
     card's header and footer bands: two or three wide, line-tall rectangles that tile the
-    box from top to bottom, each empty or holding one left-aligned line in a
-    placeholder's grey (a list group's items are in ink)."""
+    box from top to bottom, each holding one left-aligned line in a placeholder's grey
+    (:func:`_faint`; a list group's items are in ink or a link's colour, and an empty
+    list's bands hold nothing), with a button or a checkbox below (:func:`_form_below`: a
+    list group in grey has none). Smaller rectangles inside (a letter's bowl, an icon) do
+    not count."""
     out = list(controls)
     for outer in controls:
         if not outer.bordered:
             continue
         kids = sorted(
-            (i for i, c in enumerate(controls) if c is not outer and outer.contains(c.box, 0.0)),
+            (
+                i
+                for i, c in enumerate(controls)
+                if c is not outer
+                and outer.contains(c.box, 0.0)
+                and c.width >= 0.9 * (outer.width - 2 * _NEST)
+            ),
             key=lambda i: controls[i].box[1],
         )
         stack = [controls[i] for i in kids]
@@ -617,27 +635,37 @@ def _stacked_inputs(
             for c in stack
         ):
             continue
-        gaps = [b.box[1] - a.box[3] for a, b in pairwise(stack)]
-        if any(not 0 <= g <= 8 for g in gaps):
+        if any(not 0 <= b.box[1] - a.box[3] <= 8 for a, b in pairwise(stack)):
             continue
-        if stack[0].box[1] - outer.box[1] > 6 or outer.box[3] - stack[-1].box[3] > 6:
+        if stack[0].box[1] - outer.box[1] > _NEST or outer.box[3] - stack[-1].box[3] > _NEST:
             continue
         inside = [line for line in lines if outer.contains(line.box)]
-        ok = True
-        for c in stack:
-            mine = [line for line in inside if c.contains(line.box)]
-            if len(mine) > 1 or (
-                mine
-                and (mine[0].box[0] - c.box[0] > 0.25 * c.width or not _faint(array, mine[0].box))
-            ):
-                ok = False
-        if not ok or sum(any(c.contains(line.box) for c in stack) for line in inside) != len(
-            inside
+        rows = [[line for line in inside if c.contains(line.box)] for c in stack]
+        if sum(map(len, rows)) != len(inside) or any(
+            len(mine) != 1
+            or mine[0].box[0] - c.box[0] > 0.25 * c.width
+            or not _faint(array, mine[0].box)
+            for c, mine in zip(stack, rows, strict=True)
         ):
+            continue
+        if not _form_below(outer, stack[0].height, controls):
             continue
         for i in kids:
             out[i] = replace(controls[i], grid=False, section=None)
     return out
+
+
+def _form_below(box: Control, row: int, controls: Sequence[Control]) -> bool:
+    """Whether a form goes on under ``box``: within four rows below it and across its
+    width, a filled button or a checkbox. (A list group with grey items has none.)"""
+    left, _, right, bottom = box.box
+    for c in controls:
+        if not bottom <= c.box[1] <= bottom + 4 * row or c.box[2] < left or c.box[0] > right:
+            continue
+        square = c.height <= 32 and 0.75 <= c.width / max(1, c.height) <= 1.33
+        if square or (not _pale(c) and c.uniform and c.height <= 80):
+            return True
+    return False
 
 
 def _icon_buttons(
@@ -871,9 +899,13 @@ def _underline(
     edge, before the text; a box's top edge under a label turns down at its ends.)"""
     left, top, right, bottom = box
     h = bottom - top
-    # The rule must pass right + h: only that column is scanned (cheap). A placeholder
-    # can nearly fill a short input ("Re-type password" in half a form row).
-    for x0, x1, y, _ in _rules(array, top + h // 2, bottom + h // 2, right + h):
+    # The rule must pass right + 2h: only that column is scanned (cheap). A placeholder
+    # (light grey) may nearly fill a short input ("Re-type password" in half a form row),
+    # and OCR's box may end at its letters, a few pixels above the rule: for one, the rule
+    # need only pass right + h, and may lie lower.
+    placeholder = _faint(array, box)
+    reach, below = (h, h // 2) if placeholder else (2 * h, h // 3)
+    for x0, x1, y, _ in _rules(array, top + h // 2, bottom + below, right + reach):
         if left - 4 <= x0 <= right - min(2 * h, 0.3 * (right - left)):
             return (x0, top, x1, y + 1)
     return None
