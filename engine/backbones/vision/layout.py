@@ -662,8 +662,8 @@ def _form_below(box: Control, row: int, controls: Sequence[Control]) -> bool:
     for c in controls:
         if not bottom <= c.box[1] <= bottom + 4 * row or c.box[2] < left or c.box[0] > right:
             continue
-        square = c.height <= 32 and 0.75 <= c.width / max(1, c.height) <= 1.33
-        if square or (not _pale(c) and c.uniform and c.height <= 80):
+        checkbox = _empty_control_role(c, _pale(c)) == "checkbox"
+        if checkbox or (not _pale(c) and c.uniform and c.height <= 80):
             return True
     return False
 
