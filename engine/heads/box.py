@@ -430,8 +430,8 @@ def clickable_region(evidence: ImageEvidence, index: int) -> Sequence[float]:
 
 
 CALIBRATION: dict[str, tuple[float, float]] = {
-    "pixels": (0.5227, 1.2407),
-    "dom": (0.6462, 3.0023),
+    "pixels": (0.5705, 1.0761),
+    "dom": (0.6436, 2.9965),
 }
 """Per evidence source, ``(a, c)`` of ``P(hit) = sigmoid(a·logit(p) + c)`` (Platt scaling),
 where ``p`` is the softmax probability of the best candidate. Fit by logistic regression
