@@ -86,6 +86,18 @@ def _slug(package: str) -> str:
     return package.replace("@", "").replace("/", "-")
 
 
+def declared_licence(meta: dict[str, Any]) -> str | None:
+    """The licence a ``package.json`` declares: its ``license`` string, or the ``type`` of
+    the older forms (``"license": {"type": ...}`` and a ``"licenses"`` list of one entry);
+    ``None`` when it declares none or several."""
+    found = meta.get("license")
+    if found is None and isinstance(meta.get("licenses"), list) and len(meta["licenses"]) == 1:
+        found = meta["licenses"][0]
+    if isinstance(found, dict):
+        found = found.get("type")
+    return found if isinstance(found, str) else None
+
+
 def fetch(package: str, version: str, licence: str, cache: Path) -> Path:
     """``npm pack`` ``package@version`` into ``cache`` and unpack it; its folder."""
     target = cache / f"{_slug(package)}-{version}"
@@ -103,7 +115,7 @@ def fetch(package: str, version: str, licence: str, cache: Path) -> Path:
         with tarfile.open(tgz) as tar:
             tar.extractall(target, filter="data")
     meta = json.loads((target / "package" / "package.json").read_text())
-    found = meta.get("license")
+    found = declared_licence(meta)
     if found != licence or licence not in LICENCES:
         raise SystemExit(f"{package}@{version}: licence {found!r}, manifest says {licence!r}")
     if meta.get("version") != version:
