@@ -184,6 +184,32 @@ def test_two_columns_are_read_column_by_column() -> None:
     assert texts[-1] == "Footer"
 
 
+def test_a_sidebar_beyond_a_narrow_gutter_is_read_after_the_main_column() -> None:
+    # uikit 2's blog post: a 28 px gutter between OCR boxes 23 px tall (under two lines),
+    # the sidebar's list rows 31 px apart beside the text's 20 px lines.
+    main = [_line(f"main {i}", 72, 490 + 20 * i, 913, h=23) for i in range(8)]
+    side = [_line(f"side {i}", 945, 458 + 31 * i, 1055, h=23) for i in range(5)]
+    texts = [e.text for e in reading_order([*side, *main][::-1])]
+    assert texts == [*(f"main {i}" for i in range(8)), *(f"side {i}" for i in range(5))]
+
+
+def test_labels_beside_inputs_across_a_narrow_gap_are_read_row_by_row() -> None:
+    rows = []
+    for i, name in enumerate(("Name", "Email", "Phone", "City")):
+        y = 100 + 50 * i
+        rows += [_line(name, 40, y + 4, 140, h=24), _line(f"{name} input", 180, y, 600, h=32)]
+    texts = [e.text for e in reading_order(rows[::-1])]
+    assert texts == [t for n in ("Name", "Email", "Phone", "City") for t in (n, f"{n} input")]
+
+
+def test_two_short_lines_beyond_a_narrow_gap_stay_in_their_rows() -> None:
+    # Fewer than NARROW_GUTTER_LINES on a side: a price beside a title, not a column.
+    lines = [_line(f"item {i}", 40, 100 + 30 * i, 400) for i in range(6)]
+    lines += [_line("$5", 430, 112, 480), _line("$9", 430, 171, 480)]
+    texts = [e.text for e in reading_order(lines[::-1])]
+    assert texts.index("$5") < texts.index("item 2")
+
+
 def test_a_form_with_labels_left_of_inputs_is_read_row_by_row() -> None:
     rows = []
     for i, name in enumerate(("Name", "Email", "Phone")):

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from clef_engine.backbones.vision.layout import Element
 
 
+NARROW_GUTTER_LINES = 3
+"""A vertical band one to two line heights wide parts columns only with at least this many
+lines on each side (and rows that do not line up across it)."""
+
+
 def _rows(elements: Sequence[Element]) -> list[Element]:
     """Top-to-bottom rows (lines whose vertical centres are close), left to right within."""
     ordered = sorted(elements, key=lambda e: (e.box[1] + e.box[3]) / 2.0)
@@ -88,7 +93,9 @@ def reading_order(elements: Sequence[Element], depth: int = 0) -> list[Element]:
 
     The elements are split at the widest empty band: a vertical band (a column gutter at
     least twice the median line height wide, preferred up to half the width of the widest
-    horizontal band) or a horizontal one (space between blocks);
+    horizontal band; one to two line heights wide when at least
+    :data:`NARROW_GUTTER_LINES` lines lie on each side and their rows do not line up) or a
+    horizontal one (space between blocks);
     each side is ordered the same way, the left or upper side first. A two-column page
     is read column by column, its header and footer before and after (a row that spans
     the gutter at the top or bottom is cut off first). Where no band is
@@ -102,11 +109,11 @@ def reading_order(elements: Sequence[Element], depth: int = 0) -> list[Element]:
     v_gaps, h_gaps = _gaps(elements, 0), _gaps(elements, 1)
     v_size, v_at = max(v_gaps, default=(0.0, 0.0))
     h_size, h_at = max(h_gaps, default=(0.0, 0.0))
+    left = [e for e in elements if (e.box[0] + e.box[2]) / 2.0 < v_at]
+    right = [e for e in elements if (e.box[0] + e.box[2]) / 2.0 >= v_at]
     # Columns first: a gutter wins over a block gap up to twice its width, so a section
     # break in the main text does not cut the sidebar beside it in two.
     if v_size >= max(2.0 * line_h, 16.0) and 2.0 * v_size >= h_size:
-        left = [e for e in elements if (e.box[0] + e.box[2]) / 2.0 < v_at]
-        right = [e for e in elements if (e.box[0] + e.box[2]) / 2.0 >= v_at]
         top = min(left, key=lambda e: e.box[1]), min(right, key=lambda e: e.box[1])
         bottom = max(left, key=lambda e: e.box[3]), max(right, key=lambda e: e.box[3])
         # A row across both columns right above the first block gap (a logo left, a menu
@@ -121,6 +128,16 @@ def reading_order(elements: Sequence[Element], depth: int = 0) -> list[Element]:
             h_at = last[1]
         elif not _aligned_rows(left, right):
             return reading_order(left, depth + 1) + reading_order(right, depth + 1)
+    elif (
+        v_size >= max(line_h, 16.0)
+        and 2.0 * v_size >= h_size
+        and min(len(left), len(right)) >= NARROW_GUTTER_LINES
+        and not _aligned_rows(left, right)
+    ):
+        # A grid's gutter between a text column and its sidebar can be narrower than two
+        # lines (30-40 px, less OCR's padding); with several lines on each side whose rows
+        # do not line up, it still parts two columns (a form's label column would not).
+        return reading_order(left, depth + 1) + reading_order(right, depth + 1)
     if h_gaps:
         upper = [e for e in elements if (e.box[1] + e.box[3]) / 2.0 < h_at]
         lower = [e for e in elements if (e.box[1] + e.box[3]) / 2.0 >= h_at]
