@@ -141,14 +141,15 @@ def lexical_overlap(instructions: str, text: str) -> float:
 
     Recall of the content words (a word of the text, two of its words run together, a
     near miss such as OCR's "Verifty", or, for :data:`PART`, inside a longer word; "in"
-    and "on" count after "sign" and "log"),
+    and "on" count after "sign" and "log"; a one-digit number, "category 2", counts but
+    matches only whole),
     discounted for long texts that mention a word in passing.
     """
     asked = words(instructions)
     wanted = {
         w
         for i, w in enumerate(asked)
-        if len(w) >= 2
+        if (len(w) >= 2 or w.isdigit())
         and (w not in _STOP or (w in ("in", "on") and i > 0 and asked[i - 1] in _PHRASAL))
     }
     have = words(text)

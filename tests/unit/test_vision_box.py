@@ -343,3 +343,11 @@ def test_a_split_sign_in_page_heads_with_its_form_not_its_marketing_panel() -> N
     # With the form's column under the first line, nothing moves.
     page = [_at("Sign in", "heading", (757, 100, 900, 130)), *_split_sign_in(172)]
     assert ImageEvidence("d", 1280, 800, page).headline().splitlines()[1] == "Sign in"
+
+
+def test_a_one_digit_number_in_the_instructions_counts_whole() -> None:
+    asked = "the category 2 link"
+    assert box.lexical_overlap(asked, "Category 2") == pytest.approx(1.0)
+    assert box.lexical_overlap(asked, "Category 2") > box.lexical_overlap(asked, "Category 1")
+    # Not inside a longer number, nor in a word ("2026", "v2"): it must be a word of its own.
+    assert box.lexical_overlap("the page 2 link", "© 2026") == 0.0

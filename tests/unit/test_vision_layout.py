@@ -16,6 +16,7 @@ from clef_engine.backbones.vision.controls import find_controls
 from clef_engine.backbones.vision.layout import (
     Element,
     ImageEvidence,
+    _list_rows,
     analyse,
     http_status,
     read_placeholders,
@@ -428,6 +429,32 @@ def test_links_in_a_list_with_a_rule_under_each_row_are_not_fields() -> None:
     roles = {e.text: e.role for e in analyse(img, [*lines, value])}
     assert [roles[m] for m in ("January 2014", "December 2013", "November 2013")] == ["text"] * 3
     assert roles["Jane Doe"] == "field", roles
+
+
+def test_a_list_groups_rows_are_text_and_separate_inputs_stay_fields() -> None:
+    # Orbit's shop: a category menu of bordered rows stacked edge to edge, links in ink,
+    # read as inputs holding a value; three inputs apart from each other stay inputs, and
+    # so do two rows that share a border holding a placeholder's grey (a sign-in).
+    img = Image.new("RGB", (1000, 600), "white")
+    d = ImageDraw.Draw(img)
+    elements = []
+    for i in range(4):
+        row = (85.0, 128.0 + 49 * i, 340.0, 177.0 + 49 * i)
+        line = _text(d, (102, int(row[1]) + 14), f"Category {i + 1}", 16, fill="#212529")
+        elements.append(Element(line.text, line.box, row, "field", 0.99))
+    for i, value in enumerate(("Jane", "Doe", "Riga")):
+        box = (500.0, 128.0 + 70 * i, 900.0, 168.0 + 70 * i)
+        line = _text(d, (512, int(box[1]) + 10), value, 16, fill="#212529")
+        elements.append(Element(line.text, line.box, box, "field", 0.99))
+    for i, hint in enumerate(("Email address", "Password", "Code")):
+        box = (500.0, 400.0 + 40 * i, 900.0, 440.0 + 40 * i)
+        line = _text(d, (512, int(box[1]) + 10), hint, 16, fill="#6c757d")
+        elements.append(Element(line.text, line.box, box, "field", 0.99))
+    out = {e.text: e for e in _list_rows(np.asarray(img), elements)}
+    for i in range(4):
+        e = out[f"Category {i + 1}"]
+        assert e.role == "text" and e.region == elements[i].region
+    assert {out[t].role for t in ("Jane", "Doe", "Riga", "Email address", "Code")} == {"field"}
 
 
 def test_an_empty_material_input_after_its_label_is_a_field() -> None:

@@ -615,7 +615,7 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         box = tuple(float(v) for v in control.box)
         elements.append(Element("", box, box, role, 1.0))  # type: ignore[arg-type]
     elements += _underlined_inputs(array, elements)
-    elements = _icon_buttons(array, elements, controls, used)
+    elements = _list_rows(array, _icon_buttons(array, elements, controls, used))
     return _attach_labels(reading_order(elements))
 
 
@@ -816,6 +816,47 @@ def _underlined_inputs(array: np.ndarray, elements: Sequence[Element]) -> list[E
         )
         if not taken:
             out.append(Element("", box, box, "field", 1.0))
+    return out
+
+
+LIST_ROWS = 3
+"""Boxes stacked edge to edge, this many or more, are a list's rows, not inputs."""
+_ROW_SLACK = 6
+"""Pixels two list rows' edges may differ by (borders drawn once or twice, anti-aliasing)."""
+
+
+def _list_rows(array: np.ndarray, elements: list[Element]) -> list[Element]:
+    """``elements`` with a list group's rows as text: :data:`LIST_ROWS` or more "fields"
+    of one width stacked edge to edge, each holding text in ink or a link's colour (a
+    category menu, Bootstrap's list group). Inputs stand apart, under their labels; the
+    two inputs of a sign-in that share a border hold a placeholder's grey. Each row keeps
+    its box, which is where a click on it lands."""
+    rows = sorted(
+        (i for i, e in enumerate(elements) if e.role == "field" and e.text),
+        key=lambda i: elements[i].region[1],
+    )
+    runs: list[list[int]] = []
+
+    def below(r: Box4, last: Box4) -> bool:
+        return (
+            abs(r[0] - last[0]) <= _ROW_SLACK
+            and abs(r[2] - last[2]) <= _ROW_SLACK
+            and abs(r[1] - last[3]) <= _ROW_SLACK
+        )
+
+    for i in rows:
+        run = next(
+            (run for run in runs if below(elements[i].region, elements[run[-1]].region)), None
+        )
+        if run is None:
+            runs.append([i])
+        else:
+            run.append(i)
+    out = list(elements)
+    for run in runs:
+        if len(run) >= LIST_ROWS and not any(_faint(array, elements[i].box) for i in run):
+            for i in run:
+                out[i] = replace(out[i], role="text")
     return out
 
 
