@@ -237,6 +237,27 @@ def test_small_placeholder_text_in_a_tall_input_is_the_input() -> None:
     assert _inside(elements["Login"].region, button)
 
 
+def test_a_primary_button_with_its_label_left_and_a_long_placeholder_keep_their_roles() -> None:
+    # adminator: "Sign in ->" left-aligned in a blue button; a search input whose slate-grey
+    # placeholder nearly fills it; and a plain button whose grey label is centred.
+    img = Image.new("RGB", (1280, 800), "#f1f5f9")
+    d = ImageDraw.Draw(img)
+    button = (760, 475, 1160, 519)
+    d.rounded_rectangle(button, radius=8, fill="#2563eb")
+    sign_in = _text(d, (775, 488), "Sign in ->", 16, fill="white")
+    search = (304, 284, 622, 322)
+    d.rounded_rectangle(search, radius=8, outline="#e2e8f0", fill="white")
+    hint = _text(d, (318, 294), "Search users by name, email, or ID...", 15, fill="#94a3b8")
+    cancel = (660, 284, 780, 322)
+    d.rounded_rectangle(cancel, radius=8, outline="#e2e8f0", fill="white")
+    label = _text(d, (694, 294), "Cancel", 15, fill="#94a3b8")
+    roles = {e.text: (e.role, e.region) for e in analyse(img, [sign_in, hint, label])}
+    assert roles["Sign in ->"][0] == "button" and _inside(roles["Sign in ->"][1], button)
+    role, region = roles["Search users by name, email, or ID..."]
+    assert role == "field" and _inside(region, search)
+    assert roles["Cancel"][0] == "button"
+
+
 def _card(img: Image.Image, box: tuple[int, int, int, int], header: int) -> ImageDraw.ImageDraw:
     """A white card with a pale header band ``header`` pixels tall (Bootstrap's card)."""
     d = ImageDraw.Draw(img)

@@ -394,11 +394,28 @@ def _role(
     left, right = _ink_span(array, rect, box)
     text_w = right - left
     offset = ((left + right) / 2.0 - (r_left + r_right) / 2.0) / max(rect_w, 1.0)
-    if abs(offset) <= 0.12:
+    # A placeholder may nearly fill its input ("Search users by name, email, or ID..."):
+    # grey text nearer the left edge than half the space after it is no centred label.
+    placeholder = left - r_left < 0.5 * (r_right - right) and _faint(array, box)
+    if abs(offset) <= 0.12 and not placeholder:
         return "button"
-    if offset < 0 and rect_w >= 1.5 * text_w:
+    # Left-aligned text in a wider box is an input's; a box filled with a strong colour (a
+    # primary button's blue, its label left-aligned beside an arrow) is a button.
+    if offset < 0 and (rect_w >= 1.5 * text_w or placeholder) and not _coloured(array, box):
         return "field"
     return "button"
+
+
+def _coloured(array: np.ndarray, box: Box4) -> bool:
+    """Whether the fill around the text in ``box`` is a saturated colour (a primary
+    button's), not an input's white, grey or dark-mode grey."""
+    h, w = array.shape[:2]
+    left, top = max(0, int(box[0])), max(0, int(box[1]))
+    right, bottom = min(w, int(np.ceil(box[2]))), min(h, int(np.ceil(box[3])))
+    if right - left < 2 or bottom - top < 2:
+        return False
+    fill = _fill_colour(array, (left, top, right, bottom))
+    return bool(fill.max() - fill.min() >= _LINK)
 
 
 def _label_of(element: Element, elements: Sequence[Element]) -> str | None:
@@ -622,9 +639,9 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
 PLACEHOLDER_LUMA = 80
 """Darkest luma (0-255) of a placeholder's glyphs: Bootstrap's #6c757d is 115, body text
 (#212529) 36."""
-_GREY = 24
-"""Most a placeholder's darkest pixel's channels differ (a grey; a link's blue, #0d6efd,
-differs by 240)."""
+_GREY = 40
+"""Most a placeholder's darkest pixel's channels differ (a grey, or a blue-grey such as
+Tailwind's slate #94a3b8, 35 as rendered; a link's blue, #0d6efd, differs by 240)."""
 
 
 def _darkest(array: np.ndarray, box: Box4) -> tuple[float, np.ndarray] | None:
