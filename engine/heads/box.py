@@ -117,10 +117,18 @@ run-together "sendresetlink"), against 1 for a word of the text's own or a near 
 is the "Name" field, not the "Username" one. Words under three letters count only whole."""
 
 
+DIGIT_MISS = 0.1
+"""Share of its word overlap a text loses when it lacks a one-digit number the
+instructions give (:func:`lexical_overlap`)."""
+_DIGITS = frozenset("0123456789")
+
+
 def _match(word: str, have: list[str], joined: str) -> float:
     """How well ``have`` (a text's words, ``joined`` run together) contains ``word``."""
     if word in have or any(a + b == word for a, b in pairwise(have)):
         return 1.0
+    if all(c in _DIGITS for c in word):
+        return 0.0  # a number is the same number or another one ("11" is not "1")
     if any(word in _LETTERS.findall(h) for h in have if not h.isalpha()):
         return 1.0  # OCR ran a number into its words: "Show10entries"
     single = _DOUBLE.sub(r"\1", word)
@@ -141,20 +149,26 @@ def lexical_overlap(instructions: str, text: str) -> float:
 
     Recall of the content words (a word of the text, two of its words run together, a
     near miss such as OCR's "Verifty", or, for :data:`PART`, inside a longer word; "in"
-    and "on" count after "sign" and "log"; a one-digit number, "category 2", counts but
-    matches only whole),
-    discounted for long texts that mention a word in passing.
+    and "on" count after "sign" and "log"),
+    discounted for long texts that mention a word in passing. A one-digit number tells
+    rows apart ("the category 2 link"): a text without it loses :data:`DIGIT_MISS` of its
+    score (a number may also be a value to type: "set the quantity to 3"); asked alone
+    ("the 2 link"), it is the word to match. Numbers match only whole.
     """
     asked = words(instructions)
     wanted = {
         w
         for i, w in enumerate(asked)
-        if (len(w) >= 2 or w.isdigit())
+        if len(w) >= 2
         and (w not in _STOP or (w in ("in", "on") and i > 0 and asked[i - 1] in _PHRASAL))
     }
+    digits = {w for w in asked if len(w) == 1 and w in _DIGITS}
     have = words(text)
-    if not wanted or not have:
+    if not have or not (wanted or digits):
         return 0.0
+    if not wanted:
+        recall = sum(d in have for d in digits) / len(digits)
+        return recall * (0.5 + 0.5 * min(1.0, len(digits) / len(have)))
     joined = "".join(have)
     score = {w: _match(w, have, joined) for w in wanted}
     pairs = set(pairwise(have))
@@ -162,7 +176,9 @@ def lexical_overlap(instructions: str, text: str) -> float:
         if a in _PHRASAL and b in ("in", "on") and (a + b in have or (a, b) in pairs):
             score[a] = score[b] = 1.0  # "the log in button" on a "Login" button
     recall = sum(score.values()) / len(wanted)
-    return recall * (0.5 + 0.5 * min(1.0, len(wanted) / len(have)))
+    if not all(d in have for d in digits):
+        recall *= 1.0 - DIGIT_MISS
+    return recall * (0.5 + 0.5 * min(1.0, (len(wanted) + len(digits)) / len(have)))
 
 
 def describe(element: Element) -> str:

