@@ -232,14 +232,29 @@ _CONTEXT_WORDS = {
 }  # fmt: skip
 
 
+_AFTER_ROLE = re.compile(
+    r"\b(?:button|btn|link|field|input|textbox|checkbox|toggle|dropdown|icon|tab)"
+    r"(\s+(?:of|for|under|below|above|beneath|inside|within|near|beside|next\s+to)\s+\S)",
+    re.IGNORECASE,
+)
+"""A preposition right after the kind of control asked for, with no article: "the add to
+cart button of item one"."""
+
+
 def split_context(instructions: str) -> tuple[str, str]:
     """The element the instructions name and where they say it is: ``"the next page link
     under the first table"`` → ``("the next page link", "under the first table")``. A
-    preposition counts only before an article ("the sign in button" is one name)."""
+    preposition counts only before an article ("the sign in button" is one name) or right
+    after the kind of control asked for ("the add to cart button of item one"; "the
+    terms of service link" is one name)."""
     match = _CONTEXT.search(instructions)
-    if match is None or not instructions[: match.start()].strip():
+    at = match.start() if match is not None else None
+    role = _AFTER_ROLE.search(instructions)
+    if role is not None and (at is None or role.start(1) < at):
+        at = role.start(1)
+    if at is None or not instructions[:at].strip():
         return instructions, ""
-    return instructions[: match.start()], instructions[match.start() :].strip()
+    return instructions[:at], instructions[at:].strip()
 
 
 def candidate_features(

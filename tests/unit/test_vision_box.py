@@ -209,6 +209,13 @@ def test_where_an_element_is_does_not_name_it() -> None:
         "the terms of service checkbox",
         "",
     )
+    # Right after the kind of control asked for, it says where the control is.
+    assert box.split_context("the add to cart button of item one") == (
+        "the add to cart button",
+        "of item one",
+    )
+    assert box.split_context("the edit link for row 3")[1] == "for row 3"
+    assert box.split_context("the table of contents link")[1] == ""
     # The table's title shares the word "table" with the instructions; the link is the answer.
     elements = [
         _at("Simple Table", "heading", (270, 130, 402, 163)),
@@ -370,3 +377,16 @@ def test_a_one_digit_number_in_the_instructions_counts_whole() -> None:
     assert box.lexical_overlap("the 2 link", "2") > box.lexical_overlap("the 2 link", "22") == 0.0
     assert box.lexical_overlap("set the quantity to 3", "Quantity") > 0.4
     assert box.lexical_overlap("set the quantity to 3", "3") == 0.0
+
+
+def test_a_position_after_the_control_picks_its_card() -> None:
+    # Hanzo's shop: three cards, each a title over an "Add to cart" button.
+    elements = []
+    for title, left in (("Item one", 215), ("Item two", 572), ("Item three", 930)):
+        elements.append(_at(title, "text", (left, 150, left + 90, 170)))
+        elements.append(_at("Add to cart", "button", (left, 218, left + 70, 240)))
+    evidence = ImageEvidence("d", 1280, 800, elements)
+    for title, left in (("one", 215), ("three", 930)):
+        answer = box.locate(_embed, f"the add to cart button of item {title}", [evidence])
+        assert answer.box is not None
+        assert answer.box.to_pixels(1280, 800).left == pytest.approx(left, abs=0.1)
