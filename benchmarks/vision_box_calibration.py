@@ -325,7 +325,15 @@ def main() -> None:
     groups = ("fit", "fixtures_holdout", "templates_tune", "templates_heldout")
     for source in ("pixels", "dom"):
         mine = [r for r in rows if r["source"] == source]
-        params = fit([r for r in mine if r["group"] in fit_groups])
+        train = [r for r in mine if r["group"] in fit_groups]
+        if len({r["hit"] for r in train}) < 2:
+            # Every answer hit (or none did): logistic regression has no optimum (it runs
+            # to a flat 1.0). Nothing to learn from; the shipped constants stand.
+            print(f"{source}: no misses among {len(train)} fit questions; not refit")
+            params = box_head.CALIBRATION[source]
+            out["not_refit"] = [*out.get("not_refit", []), source]
+        else:
+            params = fit(train)
         calibrated = 1 / (1 + np.exp(-np.clip(features(mine) @ np.array(params), -30, 30)))
         for r, c in zip(mine, calibrated, strict=True):
             r["calibrated"] = float(c)

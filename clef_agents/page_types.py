@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PAGE_TYPE_TEMPERATURE: float | None = 0.5711
+PAGE_TYPE_TEMPERATURE: float | None = 0.5514
 """The calibration of a choice over :data:`PAGE_TYPES` (all of them or a subset: its
 ``temperature``), fitted on screenshots by ``benchmarks/vision_page_type_calibration.py``."""
 

@@ -462,7 +462,7 @@ def clickable_region(evidence: ImageEvidence, index: int) -> Sequence[float]:
 
 
 CALIBRATION: dict[str, tuple[float, float]] = {
-    "pixels": (0.5705, 1.0761),
+    "pixels": (0.5877, 1.0394),
     "dom": (0.6436, 2.9965),
 }
 """Per evidence source, ``(a, c)`` of ``P(hit) = sigmoid(a·logit(p) + c)`` (Platt scaling),
