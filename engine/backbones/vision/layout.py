@@ -897,7 +897,7 @@ def _list_rows(array: np.ndarray, elements: list[Element]) -> list[Element]:
         fields = [i for i in run if elements[i].role == "field"]
         if (
             len(run) < LIST_ROWS
-            or len(fields) < LIST_ROWS - 1
+            or len(run) - len(fields) > 1
             or any(_faint(array, elements[i].box) for i in run)
             or _form_goes_on([elements[i] for i in run], elements)
         ):
