@@ -745,7 +745,7 @@ def finetune_rl_cache(data: Json) -> str:
 def metric_rows(data: Json) -> list[list[str]]:
     """One row per nested result that has an accuracy: section, where in it, the metrics."""
     rows: list[list[str]] = []
-    env = data.get("environment") if isinstance(data, dict) else None
+    env = (data.get("environment") or data.get("machine")) if isinstance(data, dict) else None
 
     def walk(value: Any, path: list[str], cpu: Any) -> None:
         if not isinstance(value, dict):
