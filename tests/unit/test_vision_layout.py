@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from clef_engine.backbones.vision.controls import find_controls
+from clef_engine.backbones.vision.controls import Control, find_controls
 from clef_engine.backbones.vision.layout import (
     Box4,
     Element,
@@ -514,8 +514,10 @@ def test_a_list_groups_rows_are_text_and_separate_inputs_stay_fields() -> None:
         _boxed(d, v, r, "#212529", "field")
         for v, r in zip(("Main St 1", "Riga", "LV-1050"), address)
     ]
-    elements.append(Element("Pay", (1050, 260, 1150, 290), (960, 255, 1240, 295), "button", 0.99))
-    out = {e.text: e for e in _list_rows(np.asarray(img), elements)}
+    pay = (960, 255, 1240, 295)
+    controls = [Control(pay, bordered=False, uniform=True, fill=(13, 110, 253))]
+    elements.append(Element("Pay", (1050, 260, 1150, 290), pay, "button", 0.99))
+    out = {e.text: e for e in _list_rows(np.asarray(img), elements, controls)}
     for i in (0, 1, 3, 4):
         e = out[f"Category {i + 1}"]
         assert e.role == "text" and e.region == menu[i]

@@ -414,6 +414,8 @@ def _role(
     return "button"
 
 
+_LUMA = np.array([0.299, 0.587, 0.114], np.float32)
+"""RGB weights of a pixel's luma (ITU-R BT.601)."""
 _STRONG_FILL = 96
 """Least spread of a fill's channels for a primary button's colour (Bootstrap's #0d6efd:
 240; Tailwind's blue-600: 198); white, greys and dark-mode greys spread under 40."""
@@ -432,8 +434,7 @@ def _coloured(array: np.ndarray, box: Box4) -> bool:
     if fill.max() - fill.min() < _STRONG_FILL:
         return False
     crop = array[top:bottom, left:right].reshape(-1, 3).astype(np.float32)
-    weights = np.array([0.299, 0.587, 0.114], np.float32)
-    return bool((crop @ weights).max() >= float(fill.astype(np.float32) @ weights) + 60.0)
+    return bool((crop @ _LUMA).max() >= float(fill.astype(np.float32) @ _LUMA) + 60.0)
 
 
 def _label_of(element: Element, elements: Sequence[Element]) -> str | None:
@@ -650,7 +651,7 @@ def analyse(image: Image.Image, lines: Sequence[OcrLine]) -> list[Element]:
         box = tuple(float(v) for v in control.box)
         elements.append(Element("", box, box, role, 1.0))  # type: ignore[arg-type]
     elements += _underlined_inputs(array, elements)
-    elements = _list_rows(array, _icon_buttons(array, elements, controls, used))
+    elements = _list_rows(array, _icon_buttons(array, elements, controls, used), controls)
     return _attach_labels(reading_order(elements))
 
 
@@ -669,7 +670,7 @@ def _darkest(array: np.ndarray, box: Box4) -> tuple[float, np.ndarray] | None:
     crop = array[max(0, top) : max(0, bottom), max(0, left) : max(0, right)].reshape(-1, 3)
     if crop.size == 0:
         return None
-    luma = crop.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+    luma = crop.astype(np.float32) @ _LUMA
     i = int(np.argmin(luma))
     return float(luma[i]), crop[i].astype(np.int32)
 
@@ -748,17 +749,17 @@ def _stacked_inputs(
             for c, mine in zip(stack, rows, strict=True)
         ):
             continue
-        if not _form_below(outer, stack[0].height, controls):
+        if not _form_below(outer.box, stack[0].height, controls):
             continue
         for i in kids:
             out[i] = replace(controls[i], grid=False, section=None)
     return out
 
 
-def _form_below(box: Control, row: int, controls: Sequence[Control]) -> bool:
-    """Whether a form goes on under ``box``: within four rows below it and across its
-    width, a filled button or a checkbox. (A list group with grey items has none.)"""
-    left, _, right, bottom = box.box
+def _form_below(box: Box4, row: float, controls: Sequence[Control]) -> bool:
+    """Whether a form goes on under ``box``: within four rows (``row`` pixels each) below
+    it and across its width, a filled button or a checkbox. (A list group has none.)"""
+    left, _, right, bottom = box
     for c in controls:
         if not bottom <= c.box[1] <= bottom + 4 * row or c.box[2] < left or c.box[0] > right:
             continue
@@ -862,14 +863,16 @@ _ROW_SLACK = 6
 """Pixels two list rows' edges may differ by (borders drawn once or twice, anti-aliasing)."""
 
 
-def _list_rows(array: np.ndarray, elements: list[Element]) -> list[Element]:
+def _list_rows(
+    array: np.ndarray, elements: list[Element], controls: Sequence[Control]
+) -> list[Element]:
     """``elements`` with a list group's rows as text: :data:`LIST_ROWS` or more boxes of
     one width stacked edge to edge, read as fields (or one as a button: the active item,
     filled), each holding text in ink or a link's colour (a category menu, Bootstrap's
     list group, a table's cells). Inputs stand apart, under their labels; inputs that do
     share borders hold a placeholder's grey (a sign-in's email over its password) or have
-    a button or a checkbox right below (a form goes on: an address block, a dark-mode
-    form whose placeholders are not read as grey). Each row keeps its box, which is where
+    a button or a checkbox right below (:func:`_form_below`: an address block, a
+    dark-mode form whose placeholders are not read as grey). Each row keeps its box, which is where
     a click on it lands."""
     rows = sorted(
         (i for i, e in enumerate(elements) if e.role in ("field", "button") and e.text),
@@ -895,33 +898,17 @@ def _list_rows(array: np.ndarray, elements: list[Element]) -> list[Element]:
     out = list(elements)
     for run in runs:
         fields = [i for i in run if elements[i].role == "field"]
-        if (
-            len(run) < LIST_ROWS
-            or len(run) - len(fields) > 1
-            or any(_faint(array, elements[i].box) for i in run)
-            or _form_goes_on([elements[i] for i in run], elements)
+        if len(run) < LIST_ROWS or len(run) - len(fields) > 1:
+            continue
+        first, last = elements[run[0]].region, elements[run[-1]].region
+        span = (first[0], first[1], first[2], last[3])
+        if any(_faint(array, elements[i].box) for i in run) or _form_below(
+            span, (last[3] - first[1]) / len(run), controls
         ):
             continue
         for i in fields:
             out[i] = replace(out[i], role="text")
     return out
-
-
-def _form_goes_on(run: Sequence[Element], elements: Sequence[Element]) -> bool:
-    """Whether a button or a checkbox lies right below a stack of boxes and across it
-    (within four of its rows): then the boxes are a form's inputs."""
-    left = min(e.region[0] for e in run)
-    right = max(e.region[2] for e in run)
-    bottom = max(e.region[3] for e in run)
-    row = (bottom - min(e.region[1] for e in run)) / len(run)
-    return any(
-        e.role in ("button", "checkbox")
-        and bottom - _ROW_SLACK <= e.region[1] <= bottom + 4 * row
-        and e.region[0] < right
-        and e.region[2] > left
-        for e in elements
-        if e not in run
-    )
 
 
 _STATUS = re.compile(r"^(?:error|http)?\s*([45]\d\d)\s*(?:error)?[.!]?$", re.IGNORECASE)
